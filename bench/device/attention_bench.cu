@@ -1,0 +1,141 @@
+// Timing of the CUDA attention kernels (not a test): causal attention at
+// H = 32, Hkv = 8, d = 128 (the Llama-8B shape), forward and forward+backward,
+// median of several runs after a warm-up, timed with CUDA events.
+//   attention_bench [--doc-len N] [S ...]      default S: 8192 32768 131072
+// FLOPs counted as useful causal work: forward 2 S^2 H d, forward+backward
+// 7 S^2 H d (backward 2.5x forward). With --doc-len N the sequence is packed
+// with documents of N tokens and the same formulas use sum(len^2) for S^2.
+// Prints a table and one JSON line per size.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/check.h"
+#include "core/error.h"
+
+namespace {
+
+__global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    x[i] = __float2bfloat16(float(z >> 40) / float(1 << 24) * 2.f - 1.f);
+  }
+}
+
+template <class T>
+struct Buf {
+  T* p = nullptr;
+  explicit Buf(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void bench(int64_t S, int64_t doc_len) {
+  const int64_t H = 32, Hkv = 8, d = 128;
+  const double scale = 1.0 / std::sqrt(double(d));
+  const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d);
+  Buf<__nv_bfloat16> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
+  Buf<float> lse(size_t(H * S));
+  Buf<int32_t> doc(size_t(S));
+  const size_t ws_bytes = ulysses::cuda::attention_backward_workspace_bytes(S, H, Hkv, d);
+  Buf<unsigned char> ws(ws_bytes);
+
+  fill_uniform<<<1024, 256>>>(q.p, int64_t(nq), 1);
+  fill_uniform<<<1024, 256>>>(k.p, int64_t(nk), 2);
+  fill_uniform<<<1024, 256>>>(v.p, int64_t(nk), 3);
+  fill_uniform<<<1024, 256>>>(dout.p, int64_t(nq), 4);
+  CUDA_CHECK_LAUNCH("fill_uniform");
+  std::vector<int32_t> doc_h(S);
+  double pairs = 0;  // sum over documents of len^2 (S^2 for one document)
+  for (int64_t i = 0; i < S; ++i) doc_h[i] = doc_len > 0 ? int32_t(i / doc_len * doc_len) : 0;
+  for (int64_t s0 = 0; s0 < S; s0 += (doc_len > 0 ? doc_len : S)) {
+    const double len = double(std::min<int64_t>(S - s0, doc_len > 0 ? doc_len : S));
+    pairs += len * len;
+  }
+  CUDA_CHECK(cudaMemcpy(doc.p, doc_h.data(), size_t(S) * sizeof(int32_t), cudaMemcpyHostToDevice));
+
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  auto fwd = [&] {
+    ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
+  };
+  auto bwd = [&] {
+    ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
+                                      scale, ws.p, ws_bytes, stream);
+  };
+  auto time_ms = [&](auto&& fn) {
+    CUDA_CHECK(cudaEventRecord(t0, stream));
+    fn();
+    CUDA_CHECK(cudaEventRecord(t1, stream));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    return double(ms);
+  };
+  fwd();  // warm-up (also gives bwd valid out/lse)
+  bwd();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int reps = S >= 131072 ? 3 : 7;
+  std::vector<double> tf, tfb;
+  for (int r = 0; r < reps; ++r) tf.push_back(time_ms(fwd));
+  for (int r = 0; r < reps; ++r) tfb.push_back(time_ms([&] { fwd(); bwd(); }));
+  const double f_ms = median(tf), fb_ms = median(tfb);
+  const double f_flops = 2.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
+  const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
+  std::printf("%9lld %9lld %12.3f %10.1f %12.3f %10.1f\n", (long long)S, (long long)(doc_len > 0 ? doc_len : S), f_ms,
+              f_tf, fb_ms, fb_tf);
+  std::printf("{\"bench\":\"attention\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,\"doc_len\":%lld,"
+              "\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwd_bwd_ms\":%.4f,\"fwd_bwd_tflops\":%.2f,\"reps\":%d}\n",
+              (long long)S, (long long)H, (long long)Hkv, (long long)d, (long long)(doc_len > 0 ? doc_len : S), f_ms,
+              f_tf, fb_ms, fb_tf, reps);
+  std::fflush(stdout);
+  CUDA_CHECK(cudaEventDestroy(t0));
+  CUDA_CHECK(cudaEventDestroy(t1));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int64_t doc_len = 0;
+    std::vector<int64_t> sizes;
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--doc-len") == 0 && i + 1 < argc) doc_len = std::atoll(argv[++i]);
+      else sizes.push_back(std::atoll(argv[i]));
+    }
+    if (sizes.empty()) sizes = {8192, 32768, 131072};
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("attention_bench on %s: causal, H=32, Hkv=8, d=128, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
+                "7*sum(len^2)*H*d (fwd+bwd)\n",
+                prop.name);
+    std::printf("%9s %9s %12s %10s %12s %10s\n", "S", "doc_len", "fwd_ms", "fwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
+    for (int64_t S : sizes) bench(S, doc_len);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,91 @@
+// The ops interface the model is written against. One implementation per
+// device: backend/cpu (the fp32 reference) and backend/cuda (bf16 storage,
+// fp32 math). The model never names a device; it calls these.
+//
+// Tensor arguments follow backend/cpu/ops.h (same names, same order, same
+// shapes); this layer checks shapes and dtypes and dispatches. Activations use
+// act_dtype(); weights are in act_dtype() for compute with fp32 master copies;
+// gradients of weights are fp32.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/memory_pools.h"
+#include "core/tensor.h"
+
+namespace ulysses {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  virtual DType act_dtype() const = 0;   // F32 on cpu, BF16 on cuda
+  virtual Allocator& allocator() = 0;    // raw device memory behind the device pools
+
+  // Host memory for offloaded activations/checkpoints: page-locked on CUDA (fast copies), plain host on CPU.
+  virtual Allocator& offload_allocator() { return host_allocator(); }
+  // The device stream the ops run on (a cudaStream_t on CUDA; nullptr on CPU), so that a
+  // communicator can order its own stream against it (see make_nccl_communicator).
+  virtual void* native_stream() { return nullptr; }
+
+  // Every tensor the engine makes comes from a pool (core/memory_pools.h), so
+  // the step's memory is accounted per pool and can be planned exactly.
+  Tensor empty(const Shape& shape, DType dtype, Pool pool = Pool::Working) {
+    return Tensor::empty(shape, dtype, pools().pool(pool));
+  }
+  // The pools over allocator() and offload_allocator(), made on first use.
+  MemoryPools& pools();
+
+  virtual void zero(Tensor& t) = 0;
+  // dst and src: same numel; any of host/device on either side; float dtypes are converted.
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops (see backend/cpu/ops.h for the exact semantics) ----
+  virtual void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) = 0;
+  virtual void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
+  virtual void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) = 0;
+  virtual void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                const Tensor& rstd) = 0;
+  // x/out: [N, H, d]; pos: [N] int32; inv_freq: [d/2] float32 (host or device per backend).
+  virtual void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) = 0;
+  virtual void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) = 0;
+  virtual void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& doc_start, double scale) = 0;
+  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                  const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& doc_start, double scale) = 0;
+  virtual void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) = 0;
+  virtual void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                               const Tensor& up) = 0;
+  // losses: [N] float32 (write); dlogits may alias logits.
+  virtual void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                              const Tensor& targets, double grad_scale) = 0;
+  // C = alpha * op(A) op(B) + beta * C on 2-D tensors (row-major).
+  virtual void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha = 1.0,
+                      double beta = 0.0) = 0;
+  virtual void add(Tensor& y, const Tensor& a, const Tensor& b) = 0;
+  virtual void axpy(Tensor& y, const Tensor& x, double alpha) = 0;
+  // Sum of all elements in float64 (losses, token counts).
+  virtual double sum(const Tensor& x) = 0;
+  // dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i] for i < n_heads.
+  // The packing step around the Ulysses all-to-alls.
+  virtual void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
+                          bool accumulate);
+
+ protected:
+  // For backends that count instead of allocating (the planner).
+  void set_pools(std::unique_ptr<MemoryPools> pools) { pools_ = std::move(pools); }
+
+ private:
+  std::unique_ptr<MemoryPools> pools_;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Throws a clear error when the build has no CUDA or no GPU is visible.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+bool cuda_backend_compiled_in();
+
+}  // namespace ulysses

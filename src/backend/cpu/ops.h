@@ -1,0 +1,91 @@
+// CPU reference ops: plain, multithreaded (OpenMP), templated on the element
+// type so that tests can run them in float64 against finite differences.
+// Every op has a CUDA twin in backend/cuda/ with the same name and argument
+// order (device pointers, plus a trailing stream).
+//
+// Conventions: row-major, outputs first, shapes in the comments; "accumulate"
+// means the op adds into its output (gradients of shared weights), "write"
+// means it overwrites it.
+#pragma once
+#include <cstdint>
+
+namespace ulysses::cpu {
+
+// ---- embedding ----------------------------------------------------------------
+// out: [N, D] (write); ids: [N]; table: [V, D]. Ids must be in [0, V) (checked by the caller).
+template <class T>
+void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t D);
+// dtable: [V, D] (accumulate); dout: [N, D]; ids: [N].
+template <class T>
+void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t D);
+
+// ---- RMSNorm: y = w * x / sqrt(mean(x^2) + eps) ----------------------------------
+// y: [N, D] (write); rstd: [N] (write, 1/sqrt(mean(x^2)+eps)); x: [N, D]; w: [D].
+template <class T>
+void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t D, double eps);
+// dx: [N, D] (write); dw: [D] (accumulate); dy, x: [N, D]; w: [D]; rstd: [N] from forward.
+template <class T>
+void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t D);
+
+// ---- rotary embedding (Hugging Face "rotate_half" layout) --------------------------
+// For i < d/2 with angle a = float(pos) * inv_freq[i] evaluated in float32 (as
+// transformers does): out[i] = x[i] cos a - x[i + d/2] sin a,
+// out[i + d/2] = x[i + d/2] cos a + x[i] sin a.
+// out, x: [N, H, d] (out may alias x); pos: [N] global positions; inv_freq: [d/2].
+template <class T>
+void rope_forward(T* out, const T* x, const int32_t* pos, const float* inv_freq, int64_t N, int64_t H, int64_t d);
+// The transpose (rotation by -a). dx, dout: [N, H, d] (dx may alias dout).
+template <class T>
+void rope_backward(T* dx, const T* dout, const int32_t* pos, const float* inv_freq, int64_t N, int64_t H, int64_t d);
+
+// ---- causal attention with GQA and packed documents -----------------------------
+// Query i sees keys j with doc_start[i] <= j <= i, where doc_start[i] is the index
+// of the first token of i's document (so documents never attend to each other).
+// q, out: [S, H, d]; k, v: [S, Hkv, d], H % Hkv == 0 (query head h uses kv head
+// h / (H / Hkv)); doc_start: [S]; lse: [H, S] (write) the natural-log
+// log-sum-exp of each row's scaled scores, for backward and for merging partial results.
+template <class T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_start,
+                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale);
+// dq: [S, H, d] (write); dk, dv: [S, Hkv, d] (write); dout, out: [S, H, d]; lse: [H, S].
+template <class T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
+                        const T* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv, int64_t d,
+                        double scale);
+
+// ---- SwiGLU: h = silu(gate) * up -------------------------------------------------
+// h, gate, up: [N, F] (h write).
+template <class T>
+void swiglu_forward(T* h, const T* gate, const T* up, int64_t N, int64_t F);
+// dgate, dup: [N, F] (write); dh, gate, up: [N, F].
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dh, const T* gate, const T* up, int64_t N, int64_t F);
+
+// ---- cross-entropy over a tile of logits ------------------------------------------
+// logits, dlogits: [N, V] (dlogits write, may alias logits); targets: [N], -100 = ignored;
+// losses: [N] (write) -log softmax(logits)[target], 0 for ignored rows;
+// dlogits = (softmax - onehot(target)) * grad_scale, all-zero rows for ignored targets.
+// Targets outside [0, V) other than -100 are rejected by the caller.
+template <class T>
+void cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int64_t N,
+                                    int64_t V, double grad_scale);
+
+// ---- dense algebra ----------------------------------------------------------------
+// C[M, N] = alpha * op(A) · op(B) + beta * C, op(X) = X or X^T; A is [M, K] or [K, M]
+// (trans_a), B is [K, N] or [N, K] (trans_b). BLAS underneath.
+template <class T>
+void matmul(T* C, const T* A, const T* B, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, double alpha,
+            double beta);
+// y = a + b (y may alias either); n elements.
+template <class T>
+void add(T* y, const T* a, const T* b, int64_t n);
+// y += alpha * x; n elements.
+template <class T>
+void axpy(T* y, const T* x, double alpha, int64_t n);
+
+// dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i], i < n_heads.
+template <class T>
+void copy_heads(T* dst, int64_t Hd, int64_t dst_head0, const T* src, int64_t Hs, int64_t src_head0, int64_t n_heads,
+                int64_t N, int64_t d, bool accumulate);
+
+}  // namespace ulysses::cpu

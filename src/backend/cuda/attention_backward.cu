@@ -1,0 +1,177 @@
+// Launches of the backward attention kernels (bodies: attention_backward_kernel.cuh).
+//
+// Workspace layout (each part starts at a multiple of 256 bytes):
+//   dq_acc  float [S, H, d]   dQ accumulated by atomics, zeroed here first
+//   dsum    float [H, S]      D = rowsum(dout * out)
+//   qbmin   int32 [nqb]       min doc_start of each query block of BR rows
+//   sufmin  int32 [nqb]       suffix minimum of qbmin
+// where BR is the backward query tile for d (bwd_query_tile) and nqb = ceil(S / BR).
+#include <algorithm>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_backward_kernel.cuh"
+#include "backend/cuda/attention_launch.h"
+#include "backend/cuda/check.h"
+
+namespace ulysses::cuda {
+namespace {
+
+using attn::BwdConfig;
+
+int bwd_query_tile(int64_t d) {
+  switch (d) {
+    case 16: return BwdConfig<16>::BR;
+    case 32: return BwdConfig<32>::BR;
+    case 64: return BwdConfig<64>::BR;
+    default: return BwdConfig<128>::BR;
+  }
+}
+
+constexpr int kSufminThreads = 512;
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+struct Workspace {
+  size_t dq_acc = 0, dsum = 0, qbmin = 0, sufmin = 0, total = 0;
+};
+
+Workspace workspace_layout(int64_t S, int64_t H, int64_t d) {
+  const int64_t nqb = (S + bwd_query_tile(d) - 1) / bwd_query_tile(d);
+  Workspace w;
+  w.dq_acc = 0;
+  w.dsum = w.dq_acc + align256(size_t(S) * size_t(H) * size_t(d) * sizeof(float));
+  w.qbmin = w.dsum + align256(size_t(H) * size_t(S) * sizeof(float));
+  w.sufmin = w.qbmin + align256(size_t(nqb) * sizeof(int32_t));
+  w.total = w.sufmin + align256(size_t(nqb) * sizeof(int32_t));
+  return w;
+}
+
+template <int D>
+__global__ void __launch_bounds__(256) attention_bwd_dsum_kernel(float* dsum, const __nv_bfloat16* dout,
+                                                                 const __nv_bfloat16* out, int S, int H) {
+  attn::attention_bwd_dsum_body<D>(dsum, dout, out, S, H);
+}
+
+template <int BR>
+__global__ void __launch_bounds__(256) attention_bwd_qbmin_kernel(int32_t* qbmin, const int32_t* doc_start, int S,
+                                                                  int nqb) {
+  attn::attention_bwd_qbmin_body<BR>(qbmin, doc_start, S, nqb);
+}
+
+__global__ void __launch_bounds__(kSufminThreads) attention_bwd_sufmin_kernel(int32_t* sufmin, const int32_t* qbmin,
+                                                                             int nqb) {
+  __shared__ int scan[kSufminThreads];
+  attn::attention_bwd_sufmin_body<kSufminThreads>(sufmin, qbmin, nqb, scan);
+}
+
+template <int D, int NW, int BR>
+__global__ void __launch_bounds__(NW * 32, 1) attention_bwd_main_kernel(attn::BwdParams p) {
+  extern __shared__ __align__(16) unsigned char attn_bwd_smem[];
+  attn::attention_bwd_main_body<D, NW, BR>(p, attn_bwd_smem);
+}
+
+__global__ void __launch_bounds__(256) attention_bwd_dq_kernel(__nv_bfloat16* dq, const float* acc, int64_t n,
+                                                               float scale) {
+  attn::attention_bwd_dq_body(dq, acc, n, scale);
+}
+
+unsigned blocks_for(int64_t threads_needed, const char* what) {
+  const int64_t b = (threads_needed + 255) / 256;
+  ULY_CHECK(b <= 2147483647LL, "cuda::attention_backward: " << what << " needs " << b << " blocks, over the grid limit");
+  return static_cast<unsigned>(b < 1 ? 1 : b);
+}
+
+template <int D>
+void run_backward(__nv_bfloat16* dq, attn::BwdParams p, const __nv_bfloat16* out, const Workspace& w,
+                  char* ws, cudaStream_t stream) {
+  using Cfg = BwdConfig<D>;
+  using Tile = attn::BwdTile<D, Cfg::NW, Cfg::BR>;
+  const int64_t S = p.S, H = p.H;
+
+  CUDA_CHECK(cudaMemsetAsync(ws + w.dq_acc, 0, size_t(S * H * D) * sizeof(float), stream));
+  attention_bwd_dsum_kernel<D><<<blocks_for(S * H * (D / 8), "dsum"), 256, 0, stream>>>(
+      reinterpret_cast<float*>(ws + w.dsum), p.dout, out, p.S, p.H);
+  CUDA_CHECK_LAUNCH("attention_bwd_dsum");
+  attention_bwd_qbmin_kernel<Cfg::BR><<<blocks_for(p.nqb, "qbmin"), 256, 0, stream>>>(
+      reinterpret_cast<int32_t*>(ws + w.qbmin), p.doc_start, p.S, p.nqb);
+  CUDA_CHECK_LAUNCH("attention_bwd_qbmin");
+  attention_bwd_sufmin_kernel<<<1, kSufminThreads, 0, stream>>>(reinterpret_cast<int32_t*>(ws + w.sufmin),
+                                                                reinterpret_cast<const int32_t*>(ws + w.qbmin),
+                                                                p.nqb);
+  CUDA_CHECK_LAUNCH("attention_bwd_sufmin");
+
+  auto kernel = attention_bwd_main_kernel<D, Cfg::NW, Cfg::BR>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(Tile::smem_bytes)));
+  const dim3 grid(static_cast<unsigned>((S + Tile::BC - 1) / Tile::BC), static_cast<unsigned>(p.Hkv));
+  kernel<<<grid, Tile::NT, Tile::smem_bytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH("attention_bwd_main");
+
+  const int64_t n = S * H * D;
+  const int64_t dq_blocks = std::min<int64_t>((n / 4 + 255) / 256, 132 * 16);
+  attention_bwd_dq_kernel<<<static_cast<unsigned>(dq_blocks), 256, 0, stream>>>(dq, p.dq_acc, n, p.scale);
+  CUDA_CHECK_LAUNCH("attention_bwd_dq");
+}
+
+}  // namespace
+
+size_t attention_backward_workspace_bytes(int64_t S, int64_t H, int64_t Hkv, int64_t d) {
+  attn_host::check_shapes("cuda::attention_backward_workspace_bytes", S, H, Hkv, d, 1.0);
+  return workspace_layout(S, H, d).total;
+}
+
+void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
+                        const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
+                        int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "cuda::attention_backward";
+  attn_host::check_shapes(op, S, H, Hkv, d, scale);
+  if (S == 0) return;
+  const Workspace w = workspace_layout(S, H, d);
+  ULY_CHECK(workspace != nullptr && workspace_bytes >= w.total,
+            op << ": workspace of " << workspace_bytes << " bytes at " << workspace << " is too small; need "
+               << w.total << " bytes (attention_backward_workspace_bytes(S=" << S << ", H=" << H
+               << ", Hkv=" << Hkv << ", d=" << d << "))");
+  attn_host::check_ptr(workspace, "workspace", op);
+  attn_host::check_ptr(dq, "dq", op);
+  attn_host::check_ptr(dk, "dk", op);
+  attn_host::check_ptr(dv, "dv", op);
+  attn_host::check_ptr(dout, "dout", op);
+  attn_host::check_ptr(out, "out", op);
+  attn_host::check_ptr(q, "q", op);
+  attn_host::check_ptr(k, "k", op);
+  attn_host::check_ptr(v, "v", op);
+  ULY_CHECK(lse != nullptr && doc_start != nullptr, op << ": lse or doc_start is null");
+
+  char* ws = static_cast<char*>(workspace);
+  attn::BwdParams p{};
+  p.dk = dk;
+  p.dv = dv;
+  p.dq_acc = reinterpret_cast<float*>(ws + w.dq_acc);
+  p.dout = dout;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.lse = lse;
+  p.dsum = reinterpret_cast<const float*>(ws + w.dsum);
+  p.doc_start = doc_start;
+  p.qbmin = reinterpret_cast<const int32_t*>(ws + w.qbmin);
+  p.sufmin = reinterpret_cast<const int32_t*>(ws + w.sufmin);
+  p.S = static_cast<int>(S);
+  p.H = static_cast<int>(H);
+  p.Hkv = static_cast<int>(Hkv);
+  p.group = static_cast<int>(H / Hkv);
+  p.nqb = static_cast<int>((S + bwd_query_tile(d) - 1) / bwd_query_tile(d));
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  p.scale = static_cast<float>(scale);
+  switch (d) {
+    case 16: run_backward<16>(dq, p, out, w, ws, stream); break;
+    case 32: run_backward<32>(dq, p, out, w, ws, stream); break;
+    case 64: run_backward<64>(dq, p, out, w, ws, stream); break;
+    case 128: run_backward<128>(dq, p, out, w, ws, stream); break;
+    default: ULY_FAIL(op << ": unreachable head_dim " << d);
+  }
+}
+
+}  // namespace ulysses::cuda

@@ -1,0 +1,76 @@
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cross_entropy.h"
+#include "backend/cuda/launch.h"
+
+namespace ulysses::cuda {
+namespace {
+
+using detail::from_f;
+using detail::to_f;
+
+constexpr int kIgnore = -100;
+
+// Aliasing: every thread writes dlogits[j] only for the j it read in pass 1
+// (same stride mapping), and the target logit is read before the first
+// barrier, so dlogits may be the logits buffer.
+template <class T>
+__global__ void cross_entropy_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V,
+                                     float grad_scale) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int32_t t = targets[row];
+  const T* x = logits + row * V;
+  T* dx = dlogits + row * V;
+  if (t == kIgnore) {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dx[j] = from_f<T>(0.f);
+    if (threadIdx.x == 0) losses[row] = 0.f;
+    return;
+  }
+  if (t < 0 || t >= V) {  // the caller validates; never read out of bounds, make it loud instead
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dx[j] = from_f<T>(NAN);
+    if (threadIdx.x == 0) losses[row] = NAN;
+    return;
+  }
+  const float x_target = threadIdx.x == 0 ? to_f(x[t]) : 0.f;
+  // Online max and rescaled sum of exponentials per thread.
+  float m = -INFINITY, s = 0.f;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float v = to_f(x[j]);
+    if (v > m) {
+      s = s * expf(m - v) + 1.f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  const float M = detail::block_max(m, scratch);
+  const float S = detail::block_sum(m == -INFINITY ? 0.f : s * expf(m - M), scratch);
+  if (threadIdx.x == 0) losses[row] = logf(S) + M - x_target;
+  const float inv_s = 1.f / S;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float p = expf(to_f(x[j]) - M) * inv_s;
+    dx[j] = from_f<T>((p - (j == t ? 1.f : 0.f)) * grad_scale);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void cross_entropy_forward_backward(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t N,
+                                    int64_t V, double grad_scale, cudaStream_t stream) {
+  detail::check_rows(N, "cross_entropy_forward_backward");
+  ULY_CHECK(V > 0 || N == 0, "cross_entropy_forward_backward: vocabulary size V must be positive, got " << V);
+  if (N == 0) return;
+  const int threads = V >= 1024 ? 1024 : detail::row_threads(V);
+  cross_entropy_kernel<T><<<static_cast<unsigned>(N), threads, 0, stream>>>(dlogits, losses, logits, targets, V,
+                                                                           static_cast<float>(grad_scale));
+  CUDA_CHECK_LAUNCH("cross_entropy_kernel");
+}
+
+template void cross_entropy_forward_backward<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t,
+                                                    double, cudaStream_t);
+template void cross_entropy_forward_backward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*,
+                                                            const int32_t*, int64_t, int64_t, double, cudaStream_t);
+
+}  // namespace ulysses::cuda

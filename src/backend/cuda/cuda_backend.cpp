@@ -1,0 +1,253 @@
+// CudaBackend: device selection, memory, copies, reductions, GEMM, optimizer.
+// The per-op dispatch lives in cuda_backend_ops.cpp.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/reduce.h"
+#include "backend/cuda/tensor_checks.h"
+#include "core/error.h"
+
+namespace ulysses {
+namespace cuda {
+
+using namespace checks;
+
+namespace {
+
+// Converts n elements between float dtypes on the host (through float32, or straight to float64).
+void host_convert(void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
+  if (dst_type == src_type) {
+    std::memcpy(dst, src, n * dtype_size(dst_type));
+  } else if (dst_type == DType::F64) {
+    convert_to_f64(static_cast<double*>(dst), src, src_type, n);
+  } else {
+    std::vector<float> tmp(n);
+    convert_to_f32(tmp.data(), src, src_type, n);
+    convert_from_f32(dst, dst_type, tmp.data(), n);
+  }
+}
+
+int select_device(int device_index) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ULY_FAIL("no CUDA device visible (cudaGetDeviceCount: " << cudaGetErrorName(err) << ": "
+                                                            << cudaGetErrorString(err) << "); run with --backend cpu");
+  }
+  ULY_CHECK(count > 0, "no CUDA device visible (cudaGetDeviceCount: 0 devices); run with --backend cpu");
+  ULY_CHECK(device_index >= 0 && device_index < count,
+            "CUDA device index " << device_index << " out of range: " << count
+                                 << " device(s) visible (check CUDA_VISIBLE_DEVICES and the local rank)");
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+  ULY_CHECK(prop.major == 9 && prop.minor == 0, "this build targets sm_90a (Hopper); device "
+                                                    << device_index << " is " << prop.name << " sm_" << prop.major
+                                                    << prop.minor);
+  CUDA_CHECK(cudaSetDevice(device_index));
+  return device_index;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device_index) : device_index_(select_device(device_index)) {
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    gemm_ = std::make_unique<CublasLtGemm>(allocator());
+    scalar_ = empty({1}, DType::F64);
+  } catch (...) {
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  // Work still queued may use memory that the members below free.
+  cudaStreamSynchronize(stream_);
+  attn_ws_ = Tensor();
+  scalar_ = Tensor();
+  gemm_.reset();
+  cudaStreamDestroy(stream_);
+}
+
+Allocator& CudaBackend::allocator() { return device_allocator(device_index_); }
+Allocator& CudaBackend::offload_allocator() { return pinned_host_allocator(); }
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::zero(Tensor& t) {
+  ULY_CHECK(t.defined(), "zero: undefined tensor");
+  if (t.numel() == 0) return;
+  if (t.device() == Device::CUDA) CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+  else t.zero_();
+}
+
+void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+  ULY_CHECK(dst.defined() && src.defined(), "copy: undefined tensor");
+  ULY_CHECK(dst.numel() == src.numel(),
+            "copy: " << dst.describe() << " <- " << src.describe() << ": the element counts differ");
+  const size_t n = static_cast<size_t>(dst.numel());
+  if (n == 0) return;
+  const DType dt = dst.dtype(), st = src.dtype();
+  ULY_CHECK(dt == st || (is_float(dt) && is_float(st)),
+            "copy: cannot convert " << src.describe() << " to " << dst.describe() << " (only between float types)");
+  const bool dst_dev = dst.device() == Device::CUDA, src_dev = src.device() == Device::CUDA;
+  if (!dst_dev && !src_dev) {
+    host_convert(dst.raw(), dt, src.raw(), st, n);
+    return;
+  }
+  if (dt == st) {
+    const cudaMemcpyKind kind = dst_dev && src_dev ? cudaMemcpyDeviceToDevice
+                                : dst_dev          ? cudaMemcpyHostToDevice
+                                                   : cudaMemcpyDeviceToHost;
+    CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.nbytes(), kind, stream_));
+    if (kind != cudaMemcpyDeviceToDevice) CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  if (dst_dev && src_dev) {
+    if (dt == DType::BF16 && st == DType::F32) {
+      cast(ptr<__nv_bfloat16>(dst), ptr<const float>(src), static_cast<int64_t>(n), stream_);
+      return;
+    }
+    if (dt == DType::F32 && st == DType::BF16) {
+      cast(ptr<float>(dst), ptr<const __nv_bfloat16>(src), static_cast<int64_t>(n), stream_);
+      return;
+    }
+  }
+  // Any other conversion: convert on the host, moving each side in its own dtype.
+  std::vector<char> src_host;
+  const void* sp = src.raw();
+  if (src_dev) {
+    src_host.resize(src.nbytes());
+    CUDA_CHECK(cudaMemcpyAsync(src_host.data(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sp = src_host.data();
+  }
+  if (dst_dev) {
+    std::vector<char> dst_host(dst.nbytes());
+    host_convert(dst_host.data(), dt, sp, st, n);
+    CUDA_CHECK(cudaMemcpyAsync(dst.raw(), dst_host.data(), dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } else {
+    host_convert(dst.raw(), dt, sp, st, n);
+  }
+}
+
+double CudaBackend::read_back_scalar() {
+  double v = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&v, scalar_.raw(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return v;
+}
+
+double CudaBackend::sum(const Tensor& x) {
+  ULY_CHECK(x.defined(), "sum: undefined tensor");
+  const int64_t n = x.numel();
+  if (x.device() == Device::CPU) {
+    double s = 0;
+    if (is_float(x.dtype())) {
+      std::vector<double> v(n);
+      convert_to_f64(v.data(), x.raw(), x.dtype(), n);
+      for (double e : v) s += e;
+    } else if (x.dtype() == DType::I32) {
+      for (int64_t i = 0; i < n; ++i) s += static_cast<const int32_t*>(x.raw())[i];
+    } else if (x.dtype() == DType::I64) {
+      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(static_cast<const int64_t*>(x.raw())[i]);
+    } else {
+      ULY_FAIL("sum: unsupported dtype " << x.describe());
+    }
+    return s;
+  }
+  CUDA_CHECK(cudaMemsetAsync(scalar_.raw(), 0, sizeof(double), stream_));
+  double* acc = ptr<double>(scalar_);
+  switch (x.dtype()) {
+    case DType::F32: sum_accumulate(acc, ptr<const float>(x), n, stream_); break;
+    case DType::BF16: sum_accumulate(acc, ptr<const __nv_bfloat16>(x), n, stream_); break;
+    case DType::I32: sum_accumulate(acc, ptr<const int32_t>(x), n, stream_); break;
+    default: ULY_FAIL("sum: unsupported dtype on the device: " << x.describe() << " (float32, bfloat16 or int32)");
+  }
+  return read_back_scalar();
+}
+
+double CudaBackend::sum_squares(const std::vector<const Tensor*>& xs) {
+  CUDA_CHECK(cudaMemsetAsync(scalar_.raw(), 0, sizeof(double), stream_));
+  double* acc = ptr<double>(scalar_);
+  for (const Tensor* t : xs) {
+    ULY_CHECK(t != nullptr, "sum_squares: null tensor pointer");
+    need_act(*t, "sum_squares", "x");
+    if (t->dtype() == DType::F32) sum_squares_accumulate(acc, ptr<const float>(*t), t->numel(), stream_);
+    else sum_squares_accumulate(acc, ptr<const __nv_bfloat16>(*t), t->numel(), stream_);
+  }
+  return read_back_scalar();
+}
+
+void CudaBackend::scale(Tensor& x, double alpha) {
+  need_act(x, "scale", "x");
+  dispatch_act(x.dtype(), "scale", [&]<class T>() { cuda::scale(ptr<T>(x), alpha, x.numel(), stream_); });
+}
+
+void CudaBackend::adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor* weight, const Tensor& grad,
+                             const AdamWParams& p) {
+  const char* op = "adamw_step";
+  need_device(master, op, "master");
+  need_dtype(master, DType::F32, op, "master");
+  need_like(m, master, op, "m", "master");
+  need_like(v, master, op, "v", "master");
+  need_device(grad, op, "grad");
+  need_dtype(grad, DType::F32, op, "grad");
+  ULY_CHECK(grad.numel() == master.numel(), op << ": grad is " << grad.describe() << ", master " << master.describe());
+  const int64_t n = master.numel();
+  if (weight == nullptr) {
+    cuda::adamw_step<__nv_bfloat16>(ptr<float>(master), ptr<float>(m), ptr<float>(v), nullptr, ptr<const float>(grad),
+                                    n, p, stream_);
+    return;
+  }
+  need_act(*weight, op, "weight");
+  ULY_CHECK(weight->numel() == n, op << ": weight is " << weight->describe() << ", master " << master.describe());
+  dispatch_act(weight->dtype(), op, [&]<class W>() {
+    cuda::adamw_step<W>(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<W>(*weight), ptr<const float>(grad), n,
+                        p, stream_);
+  });
+}
+
+namespace {
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.raw()), b0 = reinterpret_cast<uintptr_t>(b.raw());
+  return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+}  // namespace
+
+void CudaBackend::matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
+                         double beta) {
+  const char* op = "matmul";
+  need_act(A, op, "A");
+  need_act(B, op, "B");
+  need_act(C, op, "C");
+  need_ndim(A, 2, op, "A");
+  need_ndim(B, 2, op, "B");
+  need_ndim(C, 2, op, "C");
+  ULY_CHECK(A.dtype() == B.dtype(), op << ": A is " << A.describe() << " but B is " << B.describe());
+  const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
+  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
+  ULY_CHECK(K == Kb, op << ": inner dimensions differ: op(A) is [" << M << ", " << K << "], op(B) is [" << Kb << ", "
+                        << N << "] (A " << shape_str(A.shape()) << (trans_a ? "^T" : "") << ", B "
+                        << shape_str(B.shape()) << (trans_b ? "^T" : "") << ")");
+  need_shape(C, {M, N}, op, "C");
+  ULY_CHECK(!overlaps(C, A) && !overlaps(C, B), op << ": C overlaps A or B in memory; use a separate output");
+  gemm_->matmul(C.raw(), C.dtype(), A.raw(), B.raw(), A.dtype(), M, N, K, trans_a, trans_b, alpha, beta, stream_);
+}
+
+}  // namespace cuda
+
+bool cuda_backend_compiled_in() { return true; }
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<cuda::CudaBackend>(device_index);
+}
+
+}  // namespace ulysses

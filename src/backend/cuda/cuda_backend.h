@@ -1,0 +1,87 @@
+// The CUDA backend: bf16 activations and weights, fp32 math, one owned compute
+// stream, cuBLASLt GEMMs. Ops check shapes/dtypes like the CPU backend and
+// dispatch to the kernels in this folder. The model sees only Backend; the
+// extras below (optimizer, clipping) are for CUDA-aware code and tests.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/adamw.h"
+#include "backend/cuda/gemm.h"
+
+namespace ulysses::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  // Throws when no GPU is visible, the index is out of range, or the GPU is not sm_90.
+  explicit CudaBackend(int device_index);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return "cuda:" + std::to_string(device_index_); }
+  DType act_dtype() const override { return DType::BF16; }
+  Allocator& allocator() override;
+  Allocator& offload_allocator() override;
+  void* native_stream() override { return stream_; }
+
+  void zero(Tensor& t) override;
+  // Stream-ordered; returns when a host destination holds the data and a host source may be reused.
+  void copy(Tensor& dst, const Tensor& src) override;
+  void synchronize() override;
+
+  void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) override;
+  void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
+  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& rstd) override;
+  void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override;
+  void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& doc_start, double scale) override;
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                          const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& doc_start, double scale) override;
+  void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up) override;
+  void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                      double grad_scale) override;
+  void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha = 1.0,
+              double beta = 0.0) override;
+  void add(Tensor& y, const Tensor& a, const Tensor& b) override;
+  void axpy(Tensor& y, const Tensor& x, double alpha) override;
+  double sum(const Tensor& x) override;
+  void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
+                  bool accumulate) override;
+
+  // ---- CUDA-only extras ----
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_index_; }
+  CublasLtGemm& gemm() { return *gemm_; }
+  // master, m, v, grad: fp32 device tensors of one numel; weight: bf16/fp32 device tensor or nullptr.
+  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor* weight, const Tensor& grad, const AdamWParams& p);
+  // Sum over all tensors of the sum of squares of their elements (float32/bfloat16), one read-back.
+  double sum_squares(const std::vector<const Tensor*>& xs);
+  // x *= alpha in place (float32/bfloat16 device tensor).
+  void scale(Tensor& x, double alpha);
+
+ private:
+  // A device int32 tensor with t's values: t itself when already on the device.
+  Tensor device_int32(const Tensor& t, const char* op, const char* arg);
+  // Reads an int32 tensor's values to the host (synchronising when it is on the device).
+  std::vector<int32_t> host_int32(const Tensor& t);
+  double read_back_scalar();  // reads scalar_ and synchronises
+
+  int device_index_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  Tensor scalar_;     // one float64 on the device, for reductions
+  Tensor attn_ws_;    // attention backward workspace, grown on demand
+};
+
+}  // namespace ulysses::cuda

@@ -1,0 +1,356 @@
+// CudaBackend's ops: shape/dtype checks (as the CPU backend makes them), then
+// dispatch to the kernels. Activations/weights are float32 or bfloat16 (one
+// dtype per call); rstd, lse, losses and weight gradients are float32.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <utility>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/cross_entropy.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/embedding.h"
+#include "backend/cuda/heads.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/swiglu.h"
+#include "backend/cuda/tensor_checks.h"
+
+namespace ulysses::cuda {
+
+using namespace checks;
+
+namespace {
+
+// Rows and the normalised width of an activation [..., D].
+void rows_cols(const Tensor& t, const char* op, const char* arg, int64_t* rows, int64_t* cols) {
+  ULY_CHECK(t.ndim() >= 1, op << ": " << arg << " must have at least one dimension, got " << t.describe());
+  *cols = t.dim(-1);
+  *rows = *cols == 0 ? 0 : t.numel() / *cols;
+}
+
+void need_aligned16(const Tensor& t, const char* op, const char* arg) {
+  ULY_CHECK(reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0,
+            op << ": " << arg << " (" << t.describe() << ") is not 16-byte aligned; slice on aligned row boundaries");
+}
+
+}  // namespace
+
+Tensor CudaBackend::device_int32(const Tensor& t, const char* op, const char* arg) {
+  ULY_CHECK(t.defined(), op << ": " << arg << " is an undefined tensor");
+  need_dtype(t, DType::I32, op, arg);
+  if (t.device() == Device::CUDA) return t;
+  Tensor d = empty(t.shape(), DType::I32);
+  copy(d, t);
+  return d;
+}
+
+std::vector<int32_t> CudaBackend::host_int32(const Tensor& t) {
+  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+  if (v.empty()) return v;
+  if (t.device() == Device::CUDA) {
+    CUDA_CHECK(cudaMemcpyAsync(v.data(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } else {
+    std::memcpy(v.data(), t.raw(), t.nbytes());
+  }
+  return v;
+}
+
+void CudaBackend::embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) {
+  const char* op = "embedding_forward";
+  need_act(table, op, "table");
+  need_ndim(table, 2, op, "table");
+  const int64_t V = table.dim(0), D = table.dim(1);
+  need_dtype(ids, DType::I32, op, "ids");
+  need_ndim(ids, 1, op, "ids");
+  const int64_t N = ids.dim(0);
+  need_device(out, op, "out");
+  need_dtype(out, table.dtype(), op, "out");
+  need_shape(out, {N, D}, op, "out");
+  const std::vector<int32_t> h = host_int32(ids);
+  for (int64_t i = 0; i < N; ++i)
+    ULY_CHECK(h[i] >= 0 && h[i] < V, op << ": token id " << h[i] << " at position " << i << " is outside the vocabulary [0, "
+                                        << V << "); the tokenizer and the model's vocab_size disagree");
+  const Tensor dids = device_int32(ids, op, "ids");
+  dispatch_act(table.dtype(), op, [&]<class T>() {
+    cuda::embedding_forward(ptr<T>(out), ptr<const int32_t>(dids), ptr<const T>(table), N, D, stream_);
+  });
+}
+
+void CudaBackend::embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  need_device(dtable, op, "dtable");
+  need_dtype(dtable, DType::F32, op, "dtable");
+  need_ndim(dtable, 2, op, "dtable");
+  const int64_t V = dtable.dim(0), D = dtable.dim(1);
+  need_dtype(ids, DType::I32, op, "ids");
+  need_ndim(ids, 1, op, "ids");
+  const int64_t N = ids.dim(0);
+  need_act(dout, op, "dout");
+  need_shape(dout, {N, D}, op, "dout");
+  const std::vector<int32_t> h = host_int32(ids);
+  for (int64_t i = 0; i < N; ++i)
+    ULY_CHECK(h[i] >= 0 && h[i] < V, op << ": token id " << h[i] << " at position " << i
+                                        << " is outside the vocabulary [0, " << V << ")");
+  const Tensor dids = device_int32(ids, op, "ids");
+  dispatch_act(dout.dtype(), op, [&]<class T>() {
+    cuda::embedding_backward(ptr<float>(dtable), ptr<const T>(dout), ptr<const int32_t>(dids), N, D, stream_);
+  });
+}
+
+void CudaBackend::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) {
+  const char* op = "rmsnorm_forward";
+  ULY_CHECK(eps >= 0, op << ": eps must be >= 0, got " << eps);
+  need_act(x, op, "x");
+  int64_t N, D;
+  rows_cols(x, op, "x", &N, &D);
+  need_like(y, x, op, "y", "x");
+  need_device(w, op, "w");
+  need_dtype(w, x.dtype(), op, "w");
+  need_shape(w, {D}, op, "w");
+  need_device(rstd, op, "rstd");
+  need_dtype(rstd, DType::F32, op, "rstd");
+  ULY_CHECK(rstd.numel() == N, op << ": rstd is " << rstd.describe() << ", expected " << N << " elements (one per row of x "
+                                  << shape_str(x.shape()) << ")");
+  dispatch_act(x.dtype(), op, [&]<class T>() {
+    cuda::rmsnorm_forward(ptr<T>(y), ptr<float>(rstd), ptr<const T>(x), ptr<const T>(w), N, D, eps, stream_);
+  });
+}
+
+void CudaBackend::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                   const Tensor& rstd) {
+  const char* op = "rmsnorm_backward";
+  need_act(x, op, "x");
+  int64_t N, D;
+  rows_cols(x, op, "x", &N, &D);
+  need_like(dx, x, op, "dx", "x");
+  need_like(dy, x, op, "dy", "x");
+  need_device(w, op, "w");
+  need_dtype(w, x.dtype(), op, "w");
+  need_shape(w, {D}, op, "w");
+  need_device(dw, op, "dw");
+  need_dtype(dw, DType::F32, op, "dw");
+  need_shape(dw, {D}, op, "dw");
+  need_device(rstd, op, "rstd");
+  need_dtype(rstd, DType::F32, op, "rstd");
+  ULY_CHECK(rstd.numel() == N, op << ": rstd is " << rstd.describe() << ", expected " << N << " elements");
+  dispatch_act(x.dtype(), op, [&]<class T>() {
+    cuda::rmsnorm_backward(ptr<T>(dx), ptr<float>(dw), ptr<const T>(dy), ptr<const T>(x), ptr<const T>(w),
+                           ptr<const float>(rstd), N, D, stream_);
+  });
+}
+
+namespace {
+struct RopeDims {
+  int64_t N, H, d;
+};
+RopeDims rope_dims(const Tensor& x, const Tensor& pos, const Tensor& inv_freq, const char* op) {
+  need_ndim(x, 3, op, "x");
+  RopeDims r{x.dim(0), x.dim(1), x.dim(2)};
+  ULY_CHECK(r.d % 2 == 0, op << ": head dim " << r.d << " must be even");
+  need_ndim(pos, 1, op, "pos");
+  ULY_CHECK(pos.dim(0) == r.N, op << ": pos is " << pos.describe() << ", expected " << r.N << " positions");
+  ULY_CHECK(inv_freq.defined(), op << ": inv_freq is undefined");
+  need_dtype(inv_freq, DType::F32, op, "inv_freq");
+  need_shape(inv_freq, {r.d / 2}, op, "inv_freq");
+  return r;
+}
+}  // namespace
+
+void CudaBackend::rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) {
+  const char* op = "rope_forward";
+  need_act(x, op, "x");
+  need_like(out, x, op, "out", "x");
+  const RopeDims r = rope_dims(x, pos, inv_freq, op);
+  const Tensor dpos = device_int32(pos, op, "pos");
+  Tensor dfreq = inv_freq;
+  if (inv_freq.device() != Device::CUDA) {
+    dfreq = empty(inv_freq.shape(), DType::F32);
+    copy(dfreq, inv_freq);
+  }
+  dispatch_act(x.dtype(), op, [&]<class T>() {
+    cuda::rope_forward(ptr<T>(out), ptr<const T>(x), ptr<const int32_t>(dpos), ptr<const float>(dfreq), r.N, r.H, r.d,
+                       stream_);
+  });
+}
+
+void CudaBackend::rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) {
+  const char* op = "rope_backward";
+  need_act(dout, op, "dout");
+  need_like(dx, dout, op, "dx", "dout");
+  const RopeDims r = rope_dims(dout, pos, inv_freq, op);
+  const Tensor dpos = device_int32(pos, op, "pos");
+  Tensor dfreq = inv_freq;
+  if (inv_freq.device() != Device::CUDA) {
+    dfreq = empty(inv_freq.shape(), DType::F32);
+    copy(dfreq, inv_freq);
+  }
+  dispatch_act(dout.dtype(), op, [&]<class T>() {
+    cuda::rope_backward(ptr<T>(dx), ptr<const T>(dout), ptr<const int32_t>(dpos), ptr<const float>(dfreq), r.N, r.H,
+                        r.d, stream_);
+  });
+}
+
+namespace {
+struct AttnDims {
+  int64_t S, H, Hkv, d;
+};
+AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_start, const char* op) {
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    need_device(*t, op, name);
+    need_dtype(*t, DType::BF16, op, name);
+    need_ndim(*t, 3, op, name);
+    need_aligned16(*t, op, name);
+  }
+  AttnDims a{q.dim(0), q.dim(1), k.dim(1), q.dim(2)};
+  need_shape(k, {a.S, a.Hkv, a.d}, op, "k");
+  need_shape(v, {a.S, a.Hkv, a.d}, op, "v");
+  ULY_CHECK(a.Hkv > 0 && a.H % a.Hkv == 0,
+            op << ": query heads " << a.H << " must be a multiple of key/value heads " << a.Hkv);
+  need_dtype(doc_start, DType::I32, op, "doc_start");
+  need_shape(doc_start, {a.S}, op, "doc_start");
+  return a;
+}
+}  // namespace
+
+void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& doc_start, double scale) {
+  const char* op = "attention_forward";
+  const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  need_like(out, q, op, "out", "q");
+  need_aligned16(out, op, "out");
+  need_device(lse, op, "lse");
+  need_dtype(lse, DType::F32, op, "lse");
+  need_shape(lse, {a.H, a.S}, op, "lse");
+  const Tensor ds = device_int32(doc_start, op, "doc_start");
+  cuda::attention_forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
+                          ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(ds), a.S, a.H,
+                          a.Hkv, a.d, scale, stream_);
+}
+
+void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                     const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& doc_start, double scale) {
+  const char* op = "attention_backward";
+  const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  need_like(dq, q, op, "dq", "q");
+  need_like(dout, q, op, "dout", "q");
+  need_like(out, q, op, "out", "q");
+  need_like(dk, k, op, "dk", "k");
+  need_like(dv, v, op, "dv", "v");
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
+                                {&dout, "dout"}, {&out, "out"}})
+    need_aligned16(*t, op, name);
+  need_device(lse, op, "lse");
+  need_dtype(lse, DType::F32, op, "lse");
+  need_shape(lse, {a.H, a.S}, op, "lse");
+  const Tensor ds = device_int32(doc_start, op, "doc_start");
+  const size_t ws = attention_backward_workspace_bytes(a.S, a.H, a.Hkv, a.d);
+  if (ws > 0 && (!attn_ws_.defined() || attn_ws_.nbytes() < ws)) {
+    attn_ws_ = Tensor();  // free the smaller one first
+    attn_ws_ = empty({static_cast<int64_t>(ws)}, DType::U8);
+  }
+  cuda::attention_backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
+                           ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
+                           ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
+                           ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale,
+                           ws > 0 ? attn_ws_.raw() : nullptr, ws, stream_);
+}
+
+void CudaBackend::swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_forward";
+  need_act(gate, op, "gate");
+  need_like(up, gate, op, "up", "gate");
+  need_like(h, gate, op, "h", "gate");
+  dispatch_act(gate.dtype(), op, [&]<class T>() {
+    cuda::swiglu_forward(ptr<T>(h), ptr<const T>(gate), ptr<const T>(up), 1, gate.numel(), stream_);
+  });
+}
+
+void CudaBackend::swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                                  const Tensor& up) {
+  const char* op = "swiglu_backward";
+  need_act(gate, op, "gate");
+  need_like(up, gate, op, "up", "gate");
+  need_like(dh, gate, op, "dh", "gate");
+  need_like(dgate, gate, op, "dgate", "gate");
+  need_like(dup, gate, op, "dup", "gate");
+  dispatch_act(gate.dtype(), op, [&]<class T>() {
+    cuda::swiglu_backward(ptr<T>(dgate), ptr<T>(dup), ptr<const T>(dh), ptr<const T>(gate), ptr<const T>(up), 1,
+                          gate.numel(), stream_);
+  });
+}
+
+void CudaBackend::cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                                 const Tensor& targets, double grad_scale) {
+  const char* op = "cross_entropy_forward_backward";
+  need_act(logits, op, "logits");
+  need_ndim(logits, 2, op, "logits");
+  const int64_t N = logits.dim(0), V = logits.dim(1);
+  need_like(dlogits, logits, op, "dlogits", "logits");
+  need_device(losses, op, "losses");
+  need_dtype(losses, DType::F32, op, "losses");
+  need_shape(losses, {N}, op, "losses");
+  need_dtype(targets, DType::I32, op, "targets");
+  need_shape(targets, {N}, op, "targets");
+  const std::vector<int32_t> h = host_int32(targets);
+  for (int64_t i = 0; i < N; ++i)
+    ULY_CHECK(h[i] == -100 || (h[i] >= 0 && h[i] < V), op << ": target " << h[i] << " at row " << i
+                                                          << " is outside [0, " << V << ") and is not -100 (ignored)");
+  const Tensor dt = device_int32(targets, op, "targets");
+  dispatch_act(logits.dtype(), op, [&]<class T>() {
+    cuda::cross_entropy_forward_backward(ptr<T>(dlogits), ptr<float>(losses), ptr<const T>(logits),
+                                         ptr<const int32_t>(dt), N, V, grad_scale, stream_);
+  });
+}
+
+void CudaBackend::add(Tensor& y, const Tensor& a, const Tensor& b) {
+  const char* op = "add";
+  need_act(a, op, "a");
+  need_device(b, op, "b");
+  need_device(y, op, "y");
+  ULY_CHECK(b.dtype() == a.dtype() && y.dtype() == a.dtype() && b.numel() == a.numel() && y.numel() == a.numel(),
+            op << ": y " << y.describe() << ", a " << a.describe() << ", b " << b.describe()
+               << " must have one dtype and one element count");
+  dispatch_act(a.dtype(), op,
+               [&]<class T>() { cuda::add(ptr<T>(y), ptr<const T>(a), ptr<const T>(b), a.numel(), stream_); });
+}
+
+void CudaBackend::axpy(Tensor& y, const Tensor& x, double alpha) {
+  const char* op = "axpy";
+  need_act(y, op, "y");
+  need_act(x, op, "x");
+  ULY_CHECK(x.numel() == y.numel(), op << ": y " << y.describe() << " and x " << x.describe()
+                                       << " have different element counts");
+  dispatch_act(y.dtype(), op, [&]<class TY>() {
+    dispatch_act(x.dtype(), op, [&]<class TX>() {
+      cuda::axpy(ptr<TY>(y), ptr<const TX>(x), alpha, y.numel(), stream_);
+    });
+  });
+}
+
+void CudaBackend::copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
+                             bool accumulate) {
+  const char* op = "copy_heads";
+  need_act(dst, op, "dst");
+  need_device(src, op, "src");
+  need_dtype(src, dst.dtype(), op, "src");
+  need_ndim(dst, 3, op, "dst");
+  need_ndim(src, 3, op, "src");
+  const int64_t N = dst.dim(0), Hd = dst.dim(1), d = dst.dim(2), Hs = src.dim(1);
+  ULY_CHECK(src.dim(0) == N && src.dim(2) == d,
+            op << ": src " << src.describe() << " and dst " << dst.describe() << " must agree in N and d");
+  ULY_CHECK(n_heads >= 0 && dst_head0 >= 0 && src_head0 >= 0 && dst_head0 + n_heads <= Hd &&
+                src_head0 + n_heads <= Hs,
+            op << ": heads [" << src_head0 << ", " << src_head0 + n_heads << ") of src " << src.describe() << " -> ["
+               << dst_head0 << ", " << dst_head0 + n_heads << ") of dst " << dst.describe() << " are out of range");
+  dispatch_act(dst.dtype(), op, [&]<class T>() {
+    cuda::copy_heads(ptr<T>(dst), Hd, dst_head0, ptr<const T>(src), Hs, src_head0, n_heads, N, d, accumulate,
+                     stream_);
+  });
+}
+
+}  // namespace ulysses::cuda

@@ -1,0 +1,86 @@
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "core/error.h"
+#include "backend/cuda/elementwise.h"
+
+namespace ulysses::cuda {
+namespace {
+
+using detail::from_f;
+using detail::to_f;
+
+#define ULY_GRID_STRIDE(i, n)                                                                      \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <class T>
+__global__ void add_kernel(T* y, const T* a, const T* b, int64_t n) {
+  ULY_GRID_STRIDE(i, n) y[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+template <class TY, class TX>
+__global__ void axpy_kernel(TY* y, const TX* x, float alpha, int64_t n) {
+  ULY_GRID_STRIDE(i, n) y[i] = from_f<TY>(to_f(y[i]) + alpha * to_f(x[i]));
+}
+
+template <class To, class From>
+__global__ void cast_kernel(To* dst, const From* src, int64_t n) {
+  ULY_GRID_STRIDE(i, n) dst[i] = from_f<To>(to_f(src[i]));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, float alpha, int64_t n) {
+  ULY_GRID_STRIDE(i, n) x[i] = from_f<T>(to_f(x[i]) * alpha);
+}
+
+#undef ULY_GRID_STRIDE
+
+}  // namespace
+
+template <class T>
+void add(T* y, const T* a, const T* b, int64_t n, cudaStream_t stream) {
+  ULY_CHECK(n >= 0, "add: negative size " << n);
+  if (n == 0) return;
+  add_kernel<T><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(y, a, b, n);
+  CUDA_CHECK_LAUNCH("add_kernel");
+}
+
+template <class TY, class TX>
+void axpy(TY* y, const TX* x, double alpha, int64_t n, cudaStream_t stream) {
+  ULY_CHECK(n >= 0, "axpy: negative size " << n);
+  if (n == 0) return;
+  axpy_kernel<TY, TX><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(y, x, static_cast<float>(alpha), n);
+  CUDA_CHECK_LAUNCH("axpy_kernel");
+}
+
+template <class To, class From>
+void cast(To* dst, const From* src, int64_t n, cudaStream_t stream) {
+  ULY_CHECK(n >= 0, "cast: negative size " << n);
+  if (n == 0) return;
+  cast_kernel<To, From><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(dst, src, n);
+  CUDA_CHECK_LAUNCH("cast_kernel");
+}
+
+template <class T>
+void scale(T* x, double alpha, int64_t n, cudaStream_t stream) {
+  ULY_CHECK(n >= 0, "scale: negative size " << n);
+  if (n == 0) return;
+  scale_kernel<T><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(x, static_cast<float>(alpha), n);
+  CUDA_CHECK_LAUNCH("scale_kernel");
+}
+
+using bf16 = __nv_bfloat16;
+template void add<float>(float*, const float*, const float*, int64_t, cudaStream_t);
+template void add<bf16>(bf16*, const bf16*, const bf16*, int64_t, cudaStream_t);
+template void axpy<float, float>(float*, const float*, double, int64_t, cudaStream_t);
+template void axpy<float, bf16>(float*, const bf16*, double, int64_t, cudaStream_t);
+template void axpy<bf16, float>(bf16*, const float*, double, int64_t, cudaStream_t);
+template void axpy<bf16, bf16>(bf16*, const bf16*, double, int64_t, cudaStream_t);
+template void cast<float, bf16>(float*, const bf16*, int64_t, cudaStream_t);
+template void cast<bf16, float>(bf16*, const float*, int64_t, cudaStream_t);
+template void cast<float, float>(float*, const float*, int64_t, cudaStream_t);
+template void cast<bf16, bf16>(bf16*, const bf16*, int64_t, cudaStream_t);
+template void scale<float>(float*, double, int64_t, cudaStream_t);
+template void scale<bf16>(bf16*, double, int64_t, cudaStream_t);
+
+}  // namespace ulysses::cuda

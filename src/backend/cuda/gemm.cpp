@@ -1,0 +1,149 @@
+#include "backend/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/elementwise.h"
+#include "core/error.h"
+
+namespace ulysses::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: ULY_FAIL("matmul: unsupported dtype " << dtype_name(t) << " (float32 or bfloat16 only)");
+  }
+}
+
+// Largest power of two (capped at 256) that divides the address: the plan's
+// algorithm must not assume more alignment than the operands have.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al /= 2;
+  return al;
+}
+
+}  // namespace
+
+struct CublasLtGemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+CublasLtGemm::CublasLtGemm(Allocator& alloc, size_t workspace_bytes)
+    : alloc_(alloc), workspace_bytes_(workspace_bytes) {
+  ULY_CHECK(alloc.device() == Device::CUDA, "CublasLtGemm: the workspace allocator must be a device allocator");
+  cublasLtHandle_t h = nullptr;
+  CUBLAS_CHECK(cublasLtCreate(&h));
+  handle_ = h;
+  try {
+    workspace_ = workspace_bytes_ > 0 ? alloc_.allocate(workspace_bytes_) : nullptr;
+  } catch (...) {
+    cublasLtDestroy(h);
+    throw;
+  }
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();
+  if (workspace_ != nullptr) alloc_.deallocate(workspace_, workspace_bytes_);
+  if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+size_t CublasLtGemm::cached_plans() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
+// row-major [r, c] buffer is a column-major [c, r] one with the same leading
+// dimension. So cuBLASLt's "A" is our B and its "B" is our A, each with the
+// caller's transpose flag, and the output is column-major [N, M], ld = N.
+CublasLtGemm::Plan& CublasLtGemm::plan_for(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  const auto [M, N, K, trans_a, trans_b, ab_type, c_type, align_a, align_b, align_c] = key;
+  auto plan = std::make_unique<Plan>();
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // our B
+  const cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // our A
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  // Our B buffer as column-major: [N, K] ld N (not transposed) or [K, N] ld K (transposed).
+  const uint64_t b_rows = trans_b ? K : N, b_cols = trans_b ? N : K;
+  // Our A buffer as column-major: [K, M] ld K (not transposed) or [M, K] ld M (transposed).
+  const uint64_t a_rows = trans_a ? M : K, a_cols = trans_a ? K : M;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(ab_type), b_rows, b_cols, static_cast<int64_t>(b_rows)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(ab_type), a_rows, a_cols, static_cast<int64_t>(a_rows)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(c_type), N, M, N));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } guard{pref};
+  const uint64_t ws = workspace_bytes_;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt's A is our B and vice versa.
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b,
+                                                    sizeof(align_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a,
+                                                    sizeof(align_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof(align_c)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                    sizeof(align_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a, plan->b, plan->c,
+                                     plan->c, pref, 1, &result, &returned);
+  ULY_CHECK(st == CUBLAS_STATUS_SUCCESS && returned > 0,
+            "matmul: cuBLASLt has no algorithm for M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a
+                << " trans_b=" << trans_b << " A/B " << dtype_name(ab_type) << " C " << dtype_name(c_type)
+                << " alignments A/B/C " << align_a << "/" << align_b << "/" << align_c << " bytes ("
+                << cublasLtGetStatusString(st) << ", " << returned << " results)");
+  plan->algo = result.algo;
+  auto& ref = *plan;
+  plans_.emplace(key, std::move(plan));
+  return ref;
+}
+
+void CublasLtGemm::matmul(void* C, DType c_type, const void* A, const void* B, DType ab_type, int64_t M, int64_t N,
+                          int64_t K, bool trans_a, bool trans_b, double alpha, double beta, cudaStream_t stream) {
+  ULY_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M=" << M << " N=" << N << " K=" << K);
+  ULY_CHECK(ab_type == DType::F32 || ab_type == DType::BF16,
+            "matmul: A and B must be float32 or bfloat16, got " << dtype_name(ab_type));
+  ULY_CHECK(c_type == DType::F32 || (c_type == DType::BF16 && ab_type == DType::BF16),
+            "matmul: C must be float32, or bfloat16 with bfloat16 A/B; got C " << dtype_name(c_type) << " with A/B "
+                                                                              << dtype_name(ab_type));
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // empty sum: C = beta C
+    if (beta == 0.0) {
+      CUDA_CHECK(cudaMemsetAsync(C, 0, static_cast<size_t>(M * N) * dtype_size(c_type), stream));
+    } else if (beta != 1.0) {
+      if (c_type == DType::F32) scale(static_cast<float*>(C), beta, M * N, stream);
+      else scale(static_cast<__nv_bfloat16*>(C), beta, M * N, stream);
+    }
+    return;
+  }
+  const Key key{M, N, K, trans_a, trans_b, ab_type, c_type, alignment_of(A), alignment_of(B), alignment_of(C)};
+  std::lock_guard<std::mutex> lock(mu_);
+  Plan& plan = plan_for(key);
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha_f, B, plan.a, A, plan.b, &beta_f,
+                              C, plan.c, C, plan.c, &plan.algo, workspace_, workspace_bytes_, stream));
+}
+
+}  // namespace ulysses::cuda

@@ -1,0 +1,50 @@
+// Row-major GEMM through cuBLASLt: C[M, N] = alpha op(A) op(B) + beta C, fp32
+// compute. One object owns the cuBLASLt handle, a workspace, and a cache of
+// plans (descriptors + the heuristic's algorithm) per shape/transpose/dtype/
+// pointer alignment, so the heuristic runs once per distinct call.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "core/allocator.h"
+#include "core/dtype.h"
+
+namespace ulysses::cuda {
+
+class CublasLtGemm {
+ public:
+  // The workspace (default 32 MiB) comes from `alloc` (a device allocator) and is held for the object's life.
+  explicit CublasLtGemm(Allocator& alloc, size_t workspace_bytes = size_t{32} << 20);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // A: [M, K] row-major, or [K, M] when trans_a; B: [K, N], or [N, K] when trans_b; C: [M, N] (read when beta != 0).
+  // ab_type: F32 or BF16 (A and B alike); c_type: F32, or BF16 when ab_type is BF16. fp32 inputs use full fp32
+  // math (no TF32). C may not overlap A or B. Device pointers; enqueued on `stream`.
+  void matmul(void* C, DType c_type, const void* A, const void* B, DType ab_type, int64_t M, int64_t N, int64_t K,
+              bool trans_a, bool trans_b, double alpha, double beta, cudaStream_t stream);
+
+  size_t cached_plans() const;
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, uint32_t, uint32_t, uint32_t>;
+  Plan& plan_for(const Key& key);
+
+  Allocator& alloc_;
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_;
+  mutable std::mutex mu_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace ulysses::cuda

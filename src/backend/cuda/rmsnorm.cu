@@ -1,0 +1,115 @@
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/rmsnorm.h"
+
+namespace ulysses::cuda {
+namespace {
+
+using detail::from_f;
+using detail::to_f;
+
+// One block per row; each thread reads and writes the same indices in both
+// passes, so y may alias x.
+template <class T>
+__global__ void rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* w, int64_t D, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * D;
+  T* yr = y + row * D;
+  float ss = 0.f;
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+    const float v = to_f(xr[j]);
+    ss += v * v;
+  }
+  ss = detail::block_sum(ss, scratch);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) yr[j] = from_f<T>(to_f(w[j]) * (to_f(xr[j]) * r));
+}
+
+// dx_i = r * (w_i dy_i - x_i * r^2 * mean_j(w_j dy_j x_j)). One block per row.
+template <class T>
+__global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd, int64_t D) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* dyr = dy + row * D;
+  const T* xr = x + row * D;
+  T* dxr = dx + row * D;
+  const float r = rstd[row];
+  float dot = 0.f;
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dot += to_f(w[j]) * to_f(dyr[j]) * to_f(xr[j]);
+  dot = detail::block_sum(dot, scratch);
+  const float c = dot * r * r / static_cast<float>(D);
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+    dxr[j] = from_f<T>(r * (to_f(w[j]) * to_f(dyr[j]) - to_f(xr[j]) * c));
+}
+
+constexpr int kDwCols = 32, kDwRows = 8;
+
+// dw_j += sum_n dy[n, j] x[n, j] rstd[n]. Block (32, 8) covers 32 columns of
+// one chunk of rows; the chunk's partial sum goes into dw with one atomic per column.
+template <class T>
+__global__ void rmsnorm_backward_dw_kernel(float* dw, const T* dy, const T* x, const float* rstd, int64_t N, int64_t D,
+                                           int64_t rows_per_chunk) {
+  __shared__ float part[kDwRows][kDwCols + 1];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kDwCols + threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t row1 = min(N, row0 + rows_per_chunk);
+  float acc = 0.f;
+  if (col < D)
+    for (int64_t n = row0 + threadIdx.y; n < row1; n += kDwRows) acc += to_f(dy[n * D + col]) * to_f(x[n * D + col]) * rstd[n];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < D) {
+    float s = 0.f;
+    for (int i = 0; i < kDwRows; ++i) s += part[i][threadIdx.x];
+    atomicAdd(dw + col, s);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void rmsnorm_forward(T* y, float* rstd, const T* x, const T* w, int64_t N, int64_t D, double eps,
+                     cudaStream_t stream) {
+  detail::check_rows(N, "rmsnorm_forward");
+  ULY_CHECK(D > 0 || N == 0, "rmsnorm_forward: D must be positive, got " << D);
+  if (N == 0) return;
+  rmsnorm_forward_kernel<T><<<static_cast<unsigned>(N), detail::row_threads(D), 0, stream>>>(
+      y, rstd, x, w, D, static_cast<float>(eps));
+  CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
+}
+
+template <class T>
+void rmsnorm_backward(T* dx, float* dw, const T* dy, const T* x, const T* w, const float* rstd, int64_t N, int64_t D,
+                      cudaStream_t stream) {
+  detail::check_rows(N, "rmsnorm_backward");
+  ULY_CHECK(D > 0 || N == 0, "rmsnorm_backward: D must be positive, got " << D);
+  if (N == 0) return;
+  // dw first: it reads dy, which dx may overwrite.
+  const int64_t col_blocks = (D + kDwCols - 1) / kDwCols;
+  ULY_CHECK(col_blocks <= 2147483647LL, "rmsnorm_backward: D = " << D << " too large");
+  int64_t chunks = std::max<int64_t>(1, 2048 / col_blocks);
+  chunks = std::min<int64_t>(chunks, (N + 63) / 64);  // at least ~64 rows per chunk
+  chunks = std::max<int64_t>(chunks, 1);
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  const int64_t grid_y = (N + rows_per_chunk - 1) / rows_per_chunk;
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(grid_y));
+  rmsnorm_backward_dw_kernel<T><<<grid, dim3(kDwCols, kDwRows), 0, stream>>>(dw, dy, x, rstd, N, D, rows_per_chunk);
+  CUDA_CHECK_LAUNCH("rmsnorm_backward_dw_kernel");
+  rmsnorm_backward_dx_kernel<T><<<static_cast<unsigned>(N), detail::row_threads(D), 0, stream>>>(dx, dy, x, w, rstd,
+                                                                                                D);
+  CUDA_CHECK_LAUNCH("rmsnorm_backward_dx_kernel");
+}
+
+template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, double,
+                                     cudaStream_t);
+template void rmsnorm_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                             int64_t, int64_t, double, cudaStream_t);
+template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int64_t,
+                                      int64_t, cudaStream_t);
+template void rmsnorm_backward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                              const __nv_bfloat16*, const float*, int64_t, int64_t, cudaStream_t);
+
+}  // namespace ulysses::cuda

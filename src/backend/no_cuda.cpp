@@ -1,0 +1,13 @@
+// Built when nvcc is absent: the CUDA backend reports itself unavailable.
+#include "backend/backend.h"
+
+namespace ulysses {
+
+bool cuda_backend_compiled_in() { return false; }
+
+std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/) {
+  ULY_FAIL("this build has no CUDA backend (nvcc was not found when it was configured); "
+           "rebuild on a machine with the CUDA toolkit, or use --backend cpu");
+}
+
+}  // namespace ulysses

@@ -1,0 +1,109 @@
+#include "cli/args.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ulysses {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = static_cast<size_t>(-1);
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first)
+    : command_(command) {
+  auto find = [&](const std::string& name) -> const OptionSpec* {
+    for (const auto& s : specs)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
+    a = a.substr(2);
+    std::string value;
+    bool has_value = false;
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    const OptionSpec* spec = find(a);
+    if (spec == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& s : specs) names.push_back(s.name);
+      ULY_FAIL(command << ": unknown option --" << a << (names.empty() ? "" : " (did you mean --" + nearest(a, names) + "?)")
+                       << "; see 'ulysses " << command << " --help'");
+    }
+    if (spec->takes_value && !has_value && !spec->value_optional) {
+      ULY_CHECK(i + 1 < argc, command << ": option --" << a << " needs a value");
+      value = argv[++i];
+      has_value = true;
+    }
+    ULY_CHECK(spec->takes_value || !has_value, command << ": option --" << a << " takes no value");
+    values_[a] = value;
+  }
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::string Args::require(const std::string& name) const {
+  auto it = values_.find(name);
+  ULY_CHECK(it != values_.end() && !it->second.empty(),
+            command_ << ": missing required option --" << name << "; see 'ulysses " << command_ << " --help'");
+  return it->second;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || it->second.empty()) return fallback;
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(it->second, &used);
+    ULY_CHECK(used == it->second.size(), "");
+    return v;
+  } catch (...) {
+    ULY_FAIL(command_ << ": option --" << name << " expects an integer, got '" << it->second << "'");
+  }
+}
+
+std::string Args::usage(const std::string& command, const std::vector<OptionSpec>& specs) {
+  std::ostringstream os;
+  os << "usage: ulysses " << command << " [options]\n\noptions:\n";
+  for (const auto& s : specs) {
+    std::string left = "  --" + s.name + (s.takes_value ? (s.value_optional ? "[=V]" : " V") : "");
+    os << left << std::string(left.size() < 34 ? 34 - left.size() : 1, ' ') << s.help << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace ulysses

@@ -1,0 +1,39 @@
+// A small command-line parser: --key value, --key=value, and bare --flag.
+// Unknown options are errors that suggest the nearest known one.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ulysses {
+
+struct OptionSpec {
+  std::string name;      // without dashes
+  bool takes_value;      // --name VALUE / --name=VALUE
+  bool value_optional;   // --name alone is allowed too (e.g. --tiled-mlp[=N])
+  std::string help;
+};
+
+class Args {
+ public:
+  // Parses argv[first..]; throws ulysses::Error on unknown options or missing values.
+  Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first);
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+  std::string require(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+  static std::string usage(const std::string& command, const std::vector<OptionSpec>& specs);
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace ulysses

@@ -1,0 +1,10 @@
+// The subcommands of the `ulysses` binary. Each returns the process exit code
+// and throws ulysses::Error on failure (main prints it and aborts the job).
+#pragma once
+#include "comm/communicator.h"
+
+namespace ulysses {
+
+int run_loss_grad(int argc, char** argv, Communicator& world);
+
+}  // namespace ulysses

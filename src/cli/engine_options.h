@@ -1,0 +1,19 @@
+// Options shared by every command that runs training steps (loss-grad, bench,
+// train): the backend, the sequence-parallel degree and the memory techniques.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "model/llama.h"
+
+namespace ulysses {
+
+std::vector<OptionSpec> engine_option_specs();
+StepOptions step_options_from(const Args& args);
+// "cpu" (default) or "cuda"; on cuda each rank takes GPU local_rank % device count.
+std::unique_ptr<Backend> backend_from(const Args& args, int local_rank);
+int sp_degree_from(const Args& args);  // 0 = all ranks
+
+}  // namespace ulysses

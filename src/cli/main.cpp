@@ -1,0 +1,54 @@
+// ulysses <command> [options]: the command-line entry point. Thin: parses the
+// command, sets up the world communicator, and turns any error into one clear
+// line and a non-zero exit on every rank (aborting the others, never hanging).
+#include <cstring>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: ulysses <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  loss-grad   loss and gradients of one batch (check the engine against PyTorch)\n"
+    "\n"
+    "Run 'ulysses <command> --help' for a command's options. Launch several ranks with\n"
+    "mpirun -np P (see docs/launching.md).\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ulysses;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  std::unique_ptr<Communicator> world;
+  try {
+    world = make_world_communicator(&argc, &argv);
+    int code = 2;
+    if (command == "loss-grad") {
+      code = run_loss_grad(argc, argv, *world);
+    } else {
+      std::cerr << "ulysses: unknown command '" << command << "'\n" << kUsage;
+    }
+    world.reset();
+    finalize_world_communicator();
+    return code;
+  } catch (const Error& e) {
+    std::cerr << "ulysses " << command << ": error: " << e.message();
+    if (process_world_size() > 1) std::cerr << " (rank " << process_rank() << ")";
+    std::cerr << std::endl;
+    if (world && world->size() > 1) world->abort(1);
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ulysses " << command << ": internal error: " << e.what() << std::endl;
+    if (world && world->size() > 1) world->abort(1);
+    return 1;
+  }
+}

@@ -1,0 +1,56 @@
+// The communicator interface: every collective the engine uses, independent of
+// the transport (MPI now, NCCL behind the same interface in the CUDA backend).
+// Counts are in elements of `dtype`; buffers hold `count` elements per the
+// comment on each call. A call is collective: every rank of the group makes it.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace ulysses {
+
+enum class ReduceOp { Sum, Max };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "self", "mpi", "nccl"
+
+  // send: [size * count] (block r goes to rank r); recv: [size * count] (block r came from rank r).
+  virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // Uneven splits: send_counts[r] elements at send_displs[r] go to rank r; recv likewise.
+  virtual void all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                            const size_t* recv_counts, const size_t* recv_displs, DType dtype) = 0;
+  // send: [count]; recv: [size * count], rank r's block at r * count.
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // send: [size * count]; recv: [count] = op over ranks of their block `rank()`.
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  // send, recv: [count]; send == recv means in place.
+  virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+  // Ranks with the same color form a new group, ordered by key (then by old rank).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Ends every process of the job (used after an error on one rank, so none hangs).
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+// A group of one process: collectives are copies.
+std::unique_ptr<Communicator> make_self_communicator();
+
+// The world: MPI when the process was launched by mpirun/srun (or MPI is forced),
+// a self communicator otherwise. Initialises MPI on first use; sets the process
+// identity used in error messages. Safe to call once per process.
+std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv);
+// Finalises MPI if it was initialised (call at normal exit).
+void finalize_world_communicator();
+// True when this build has MPI support.
+bool mpi_compiled_in();
+
+}  // namespace ulysses

@@ -1,0 +1,18 @@
+// What the environment says about how this process was started: by an MPI
+// launcher (mpirun, srun, hydra) or as a plain single process. Read before MPI
+// is initialised, so it can only look at the variables the launchers export.
+#pragma once
+#include <string>
+
+namespace ulysses {
+
+struct LaunchEnv {
+  bool launched = false;   // a launcher variable was found
+  bool forced = false;     // ULYSSES_FORCE_MPI=1
+  int world_size = 0;      // from the launcher, 0 when it does not say
+  std::string source;      // the variable that decided, for messages ("OMPI_COMM_WORLD_SIZE=4")
+};
+
+LaunchEnv detect_launch_env();
+
+}  // namespace ulysses

@@ -1,0 +1,18 @@
+// NCCL communicator, bootstrapped over an existing (MPI) communicator by
+// broadcasting an ncclUniqueId. Buffers are device pointers.
+#pragma once
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace ulysses {
+
+// compute_stream: the cudaStream_t the ops run on (Backend::native_stream()). Each collective
+// waits for the work already queued there and makes later work there wait for its result, so
+// calls return once enqueued. With nullptr, each collective waits for the whole device first
+// and returns when its result is complete (slow; for tests and tools). The bootstrap must
+// outlive the returned communicator (abort() goes through it to end every process).
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device_index,
+                                                     void* compute_stream = nullptr);
+
+}  // namespace ulysses

@@ -1,0 +1,25 @@
+// Built when MPI is not found: the world is always one process. Being started by
+// a launcher with several ranks would silently run P independent copies, so that
+// is an error instead.
+#include "comm/communicator.h"
+#include "comm/launch_env.h"
+#include "core/error.h"
+
+namespace ulysses {
+
+bool mpi_compiled_in() { return false; }
+
+std::unique_ptr<Communicator> make_world_communicator(int* /*argc*/, char*** /*argv*/) {
+  const LaunchEnv env = detect_launch_env();
+  ULY_CHECK(!env.forced, "ULYSSES_FORCE_MPI=1 but this build has no MPI support: install libopenmpi-dev and "
+                         "rebuild (or unset ULYSSES_FORCE_MPI)");
+  ULY_CHECK(!env.launched || env.world_size <= 1,
+            "this build has no MPI support but was launched with " << env.world_size << " ranks (" << env.source
+                                                                   << "): install libopenmpi-dev and rebuild");
+  set_process_identity(0, 1);
+  return make_self_communicator();
+}
+
+void finalize_world_communicator() {}
+
+}  // namespace ulysses

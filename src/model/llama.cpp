@@ -1,0 +1,235 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/checkpoint_store.h"
+#include "model/rope.h"
+
+namespace ulysses {
+
+// Everything a layer's backward needs. With checkpointing only x_in survives
+// the forward pass; the rest is recomputed layer by layer in backward.
+struct LlamaModel::LayerActs {
+  Tensor x_in, xn1, rstd1, q, k, v, attn, x_mid, xn2, rstd2;
+  Tensor gate, up, h;  // [N, F], kept only when the MLP is not tiled
+  AttentionSaved saved;
+};
+
+LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options)
+    : w_(weights), be_(backend), sp_(sp_group), options_(options), c_(weights.config()) {
+  check_ulysses_degree(c_.num_attention_heads, c_.num_key_value_heads, sp_.size(), sp_.size());
+  ULY_CHECK(options_.mlp_tiles >= 0, "--tiled-mlp must be >= 1 (or given without a value), got " << options_.mlp_tiles);
+  ULY_CHECK(options_.loss_tile_tokens >= 0, "--tiled-loss must be >= 0, got " << options_.loss_tile_tokens);
+  attention_ = make_sequence_attention(be_, sp_, c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim);
+  const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
+  inv_freq_ = be_.empty({static_cast<int64_t>(inv.size())}, DType::F32);
+  be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));
+}
+
+LlamaModel::~LlamaModel() = default;
+
+int64_t LlamaModel::mlp_tile_tokens(int64_t N) const {
+  // 0 = ALST's default: ceil(N / hidden) tiles, so a tile's [T, F] intermediates
+  // are about the size of the [N, D] hidden state.
+  const int64_t tiles = options_.mlp_tiles > 0 ? options_.mlp_tiles : (N + c_.hidden_size - 1) / c_.hidden_size;
+  const int64_t t = std::max<int64_t>(1, std::min(tiles, N));
+  return (N + t - 1) / t;
+}
+
+void LlamaModel::linear(Tensor& y, const Tensor& x, const Parameter& w) { be_.matmul(y, x, w.value, false, true); }
+
+// dx (=|+=) dy W; dW += dy^T x.
+void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx) {
+  be_.matmul(dx, dy, w.value, false, false, 1.0, accumulate_dx ? 1.0 : 0.0);
+  be_.matmul(w.grad, dy, x, true, false, 1.0, 1.0);
+}
+
+void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out) {
+  LlamaWeights::Layer& L = w_.layer(l);
+  const int64_t N = x_in.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
+                d = c_.head_dim;
+  const DType t = be_.act_dtype();
+  a.x_in = x_in;
+  a.xn1 = be_.empty({N, D}, t);
+  a.rstd1 = be_.empty({N}, DType::F32);
+  be_.rmsnorm_forward(a.xn1, a.rstd1, x_in, L.input_norm->value, c_.rms_norm_eps);
+  a.q = be_.empty({N, H * d}, t);
+  a.k = be_.empty({N, Hkv * d}, t);
+  a.v = be_.empty({N, Hkv * d}, t);
+  linear(a.q, a.xn1, *L.wq);
+  linear(a.k, a.xn1, *L.wk);
+  linear(a.v, a.xn1, *L.wv);
+  a.q = a.q.reshape({N, H, d});
+  a.k = a.k.reshape({N, Hkv, d});
+  a.v = a.v.reshape({N, Hkv, d});
+  be_.rope_forward(a.q, a.q, positions_, inv_freq_);
+  be_.rope_forward(a.k, a.k, positions_, inv_freq_);
+  a.attn = be_.empty({N, H, d}, t);
+  attention_->forward(a.attn, a.saved, a.q, a.k, a.v, doc_start_);
+  a.attn = a.attn.reshape({N, H * d});
+  a.x_mid = be_.empty({N, D}, t);
+  linear(a.x_mid, a.attn, *L.wo);
+  be_.add(a.x_mid, a.x_mid, x_in);
+  mlp_forward(l, a.x_mid, a, x_out);
+}
+
+void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out) {
+  LlamaWeights::Layer& L = w_.layer(l);
+  const int64_t N = x_mid.dim(0), D = c_.hidden_size, F = c_.intermediate_size;
+  const DType t = be_.act_dtype();
+  a.xn2 = be_.empty({N, D}, t);
+  a.rstd2 = be_.empty({N}, DType::F32);
+  be_.rmsnorm_forward(a.xn2, a.rstd2, x_mid, L.post_norm->value, c_.rms_norm_eps);
+  const int64_t T = mlp_tile_tokens(N);
+  const bool tiled = T < N;
+  for (int64_t b = 0; b < N; b += T) {
+    const int64_t e = std::min(N, b + T);
+    MemTagScope tag(be_.pools(), MemTag::MlpIntermediate);
+    Tensor gate = be_.empty({e - b, F}, t), up = be_.empty({e - b, F}, t), h = be_.empty({e - b, F}, t);
+    const Tensor xn = a.xn2.slice(b, e);
+    linear(gate, xn, *L.w_gate);
+    linear(up, xn, *L.w_up);
+    be_.swiglu_forward(h, gate, up);
+    Tensor out = x_out.slice(b, e);
+    linear(out, h, *L.w_down);
+    be_.add(out, out, x_mid.slice(b, e));
+    if (!tiled) {
+      a.gate = gate;
+      a.up = up;
+      a.h = h;
+    }
+  }
+}
+
+// d_mid holds dL/dx_out on entry and dL/dx_mid on exit.
+void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
+  LlamaWeights::Layer& L = w_.layer(l);
+  const int64_t N = d_mid.dim(0), D = c_.hidden_size, F = c_.intermediate_size;
+  const DType t = be_.act_dtype();
+  Tensor dxn2 = be_.empty({N, D}, t);
+  const int64_t T = mlp_tile_tokens(N);
+  for (int64_t b = 0; b < N; b += T) {
+    const int64_t e = std::min(N, b + T);
+    const Tensor xn = a.xn2.slice(b, e);
+    MemTagScope tag(be_.pools(), MemTag::MlpIntermediate);
+    Tensor gate = a.gate, up = a.up, h = a.h;
+    if (!gate.defined()) {  // tiled: recompute this tile
+      gate = be_.empty({e - b, F}, t);
+      up = be_.empty({e - b, F}, t);
+      h = be_.empty({e - b, F}, t);
+      linear(gate, xn, *L.w_gate);
+      linear(up, xn, *L.w_up);
+      be_.swiglu_forward(h, gate, up);
+    }
+    const Tensor dy = d_mid.slice(b, e);
+    Tensor dh = be_.empty({e - b, F}, t);
+    linear_backward(dh, *L.w_down, dy, h, false);
+    Tensor dgate = be_.empty({e - b, F}, t), dup = be_.empty({e - b, F}, t);
+    be_.swiglu_backward(dgate, dup, dh, gate, up);
+    Tensor dxn = dxn2.slice(b, e);
+    linear_backward(dxn, *L.w_gate, dgate, xn, false);
+    linear_backward(dxn, *L.w_up, dup, xn, true);
+  }
+  Tensor dx2 = be_.empty({N, D}, t);
+  be_.rmsnorm_backward(dx2, L.post_norm->grad, dxn2, a.x_mid, L.post_norm->value, a.rstd2);
+  be_.add(d_mid, d_mid, dx2);
+}
+
+void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tensor& dy) {
+  LlamaWeights::Layer& L = w_.layer(l);
+  const int64_t N = dy.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
+                d = c_.head_dim;
+  const DType t = be_.act_dtype();
+  Tensor d_mid = be_.empty({N, D}, t);
+  be_.copy(d_mid, dy);
+  mlp_backward(l, a, d_mid);
+  Tensor dattn = be_.empty({N, H * d}, t);
+  linear_backward(dattn, *L.wo, d_mid, a.attn, false);
+  Tensor dq = be_.empty({N, H, d}, t), dk = be_.empty({N, Hkv, d}, t), dv = be_.empty({N, Hkv, d}, t);
+  attention_->backward(dq, dk, dv, dattn.reshape({N, H, d}), a.saved, doc_start_);
+  be_.rope_backward(dq, dq, positions_, inv_freq_);
+  be_.rope_backward(dk, dk, positions_, inv_freq_);
+  Tensor dxn1 = be_.empty({N, D}, t);
+  linear_backward(dxn1, *L.wq, dq.reshape({N, H * d}), a.xn1, false);
+  linear_backward(dxn1, *L.wk, dk.reshape({N, Hkv * d}), a.xn1, true);
+  linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), a.xn1, true);
+  be_.rmsnorm_backward(dx, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1);
+  be_.add(dx, dx, d_mid);
+}
+
+// Final norm, lm_head and cross-entropy in tiles of tokens; the backward of
+// each tile runs right after its forward, so [N, vocab] logits never exist whole.
+double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets, double grad_scale, Tensor& dx) {
+  Parameter& norm = w_.final_norm();
+  Parameter& head = w_.lm_head();
+  const int64_t N = x.dim(0), D = c_.hidden_size, V = c_.vocab_size;
+  const DType t = be_.act_dtype();
+  Tensor xn = be_.empty({N, D}, t), rstd = be_.empty({N}, DType::F32);
+  be_.rmsnorm_forward(xn, rstd, x, norm.value, c_.rms_norm_eps);
+  Tensor dxn = be_.empty({N, D}, t);
+  const int64_t T = options_.loss_tile_tokens > 0 ? std::min(options_.loss_tile_tokens, N) : N;
+  double loss_sum = 0;
+  for (int64_t b = 0; b < N; b += T) {
+    const int64_t e = std::min(N, b + T);
+    const Tensor xt = xn.slice(b, e);
+    MemTagScope tag(be_.pools(), MemTag::Logits);
+    Tensor logits = be_.empty({e - b, V}, t);
+    linear(logits, xt, head);
+    Tensor losses = be_.empty({e - b}, DType::F32, Pool::Working);
+    be_.cross_entropy_forward_backward(logits, losses, logits, targets.slice(b, e), grad_scale);
+    loss_sum += be_.sum(losses);
+    Tensor dxt = dxn.slice(b, e);
+    linear_backward(dxt, head, logits, xt, false);
+  }
+  be_.rmsnorm_backward(dx, norm.grad, dxn, x, norm.value, rstd);
+  return loss_sum;
+}
+
+double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scale) {
+  const int64_t N = shard.S_local(), D = c_.hidden_size, Lyr = c_.num_hidden_layers;
+  const DType t = be_.act_dtype();
+  auto upload = [&](const std::vector<int32_t>& v) {
+    Tensor dev = be_.empty({static_cast<int64_t>(v.size())}, DType::I32);
+    be_.copy(dev, Tensor::borrow(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())}, DType::I32));
+    return dev;
+  };
+  const Tensor ids = upload(shard.ids), targets = upload(shard.targets);
+  positions_ = upload(shard.positions);
+  doc_start_ = upload(shard.doc_start);
+
+  Tensor x = be_.empty({N, D}, t);
+  be_.embedding_forward(x, ids, w_.embed().value);
+
+  std::vector<LayerActs> acts(Lyr);
+  CheckpointStore store(be_, Lyr, options_.offload_layers);
+  for (int64_t l = 0; l < Lyr; ++l) {
+    Tensor y = be_.empty({N, D}, t);
+    if (options_.checkpoint) store.put(l, x);
+    layer_forward(l, x, acts[l], y);
+    if (options_.checkpoint) acts[l] = LayerActs{};
+    x = y;
+  }
+
+  Tensor dx = be_.empty({N, D}, t);
+  const double loss_sum = head_forward_backward(x, targets, grad_scale, dx);
+  x = Tensor{};
+
+  for (int64_t l = Lyr - 1; l >= 0; --l) {
+    if (options_.checkpoint) {  // recompute this layer from its saved input
+      const Tensor x_in = store.take(l);
+      store.prefetch(l - 1);
+      Tensor y = be_.empty({N, D}, t);
+      layer_forward(l, x_in, acts[l], y);
+    }
+    Tensor dprev = be_.empty({N, D}, t);
+    layer_backward(l, acts[l], dprev, dx);
+    acts[l] = LayerActs{};
+    dx = dprev;
+  }
+  be_.embedding_backward(w_.embed().grad, dx, ids);
+  positions_ = doc_start_ = Tensor{};
+  return loss_sum;
+}
+
+}  // namespace ulysses

@@ -1,0 +1,58 @@
+// The Llama forward and backward pass over one sequence shard, written against
+// the Backend ops and a SequenceAttention (local or sequence-parallel).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/batch.h"
+#include "model/llama_weights.h"
+#include "parallel/sequence_attention.h"
+
+namespace ulysses {
+
+// Memory techniques (ALST). Defaults are the plain path.
+struct StepOptions {
+  int64_t mlp_tiles = 1;          // SwiGLU MLP over this many sequence tiles (0 = ceil(tokens / hidden));
+                                  // more than one tile recomputes the MLP in backward
+  int64_t loss_tile_tokens = 0;   // tokens per lm_head + cross-entropy tile; 0 = all local tokens at once
+  bool checkpoint = false;        // keep only each layer's input; recompute the layer in backward
+  int64_t offload_layers = 0;     // with checkpoint: the first K layers' checkpoints go to host memory; -1 = all
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options = {});
+  ~LlamaModel();
+
+  // Forward and backward over one shard: adds grad_scale * d(sum of this rank's
+  // token losses)/d(params) into the weights' gradients (the sequence-parallel
+  // peers' contributions arrive through the attention's collectives) and returns
+  // the sum of this rank's token losses.
+  double forward_backward(const SequenceShard& shard, double grad_scale);
+
+  const StepOptions& options() const { return options_; }
+
+ private:
+  struct LayerActs;
+  void layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out);
+  void layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tensor& dy);
+  void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
+  void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
+  int64_t mlp_tile_tokens(int64_t N) const;
+  double head_forward_backward(const Tensor& x, const Tensor& targets, double grad_scale, Tensor& dx);
+  void linear(Tensor& y, const Tensor& x, const Parameter& w);                     // y = x W^T
+  void linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx);
+
+  LlamaWeights& w_;
+  Backend& be_;
+  Communicator& sp_;
+  StepOptions options_;
+  const ModelConfig& c_;
+  std::unique_ptr<SequenceAttention> attention_;
+  Tensor inv_freq_;  // [d/2] float32 on the device
+  // Per-sequence state, valid during forward_backward.
+  Tensor positions_, doc_start_;
+};
+
+}  // namespace ulysses

@@ -1,0 +1,87 @@
+#include "model/llama_weights.h"
+
+#include <random>
+
+namespace ulysses {
+
+LlamaWeights::LlamaWeights(const ModelConfig& c) : config_(c) {
+  const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  auto add = [&](const std::string& name, Shape shape) {
+    params_.push_back(Parameter{name, std::move(shape), {}, {}});
+    return params_.size() - 1;
+  };
+  embed_ = add("model.embed_tokens.weight", {V, D});
+  struct Idx { size_t in, q, k, v, o, post, g, u, d; };
+  std::vector<Idx> idx;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Idx i;
+    i.in = add(p + "input_layernorm.weight", {D});
+    i.q = add(p + "self_attn.q_proj.weight", {c.q_dim(), D});
+    i.k = add(p + "self_attn.k_proj.weight", {c.kv_dim(), D});
+    i.v = add(p + "self_attn.v_proj.weight", {c.kv_dim(), D});
+    i.o = add(p + "self_attn.o_proj.weight", {D, c.q_dim()});
+    i.post = add(p + "post_attention_layernorm.weight", {D});
+    i.g = add(p + "mlp.gate_proj.weight", {F, D});
+    i.u = add(p + "mlp.up_proj.weight", {F, D});
+    i.d = add(p + "mlp.down_proj.weight", {D, F});
+    idx.push_back(i);
+  }
+  final_norm_ = add("model.norm.weight", {D});
+  lm_head_ = c.tie_word_embeddings ? embed_ : add("lm_head.weight", {V, D});
+  // Pointers only after params_ stops growing.
+  for (const Idx& i : idx)
+    layers_.push_back(Layer{&params_[i.in], &params_[i.q], &params_[i.k], &params_[i.v], &params_[i.o],
+                            &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]});
+}
+
+size_t LlamaWeights::num_elements() const {
+  size_t n = 0;
+  for (const auto& p : params_) n += static_cast<size_t>(shape_numel(p.shape));
+  return n;
+}
+
+void LlamaWeights::allocate(Backend& backend) {
+  for (auto& p : params_) {
+    p.value = backend.empty(p.shape, backend.act_dtype(), Pool::Weights);
+    p.grad = backend.empty(p.shape, DType::F32, Pool::Gradients);
+    backend.zero(p.grad);
+  }
+}
+
+void LlamaWeights::zero_grads(Backend& backend) {
+  for (auto& p : params_) backend.zero(p.grad);
+}
+
+void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {
+  allocate(backend);
+  for (auto& p : params_) {
+    ULY_CHECK(folder.contains(p.name), folder.dir() << ": tensor '" << p.name
+                                                    << "' is missing from the weights (expected shape "
+                                                    << shape_str(p.shape) << " from config.json)");
+    const SafetensorsInfo& info = folder.info(p.name);
+    const SafetensorsFile& file = folder.file_of(p.name);
+    ULY_CHECK(is_float(info.dtype), file.path() << ": tensor '" << p.name << "' has dtype "
+                                                << dtype_name(info.dtype) << "; weights must be F32, BF16 or F16");
+    ULY_CHECK(info.shape == p.shape, file.path() << ": tensor '" << p.name << "' has shape " << shape_str(info.shape)
+                                                 << " but config.json implies " << shape_str(p.shape)
+                                                 << " (check hidden_size, intermediate_size, heads, head_dim, "
+                                                    "vocab_size)");
+    backend.copy(p.value, file.read_f32(p.name));
+  }
+}
+
+void LlamaWeights::init_random(Backend& backend, uint64_t seed) {
+  allocate(backend);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (auto& p : params_) {
+    Tensor host = Tensor::empty(p.shape, DType::F32);
+    float* x = host.data<float>();
+    const bool is_norm = p.shape.size() == 1;
+    for (int64_t i = 0; i < host.numel(); ++i) x[i] = is_norm ? 1.0f : normal(rng);
+    backend.copy(p.value, host);
+  }
+}
+
+}  // namespace ulysses

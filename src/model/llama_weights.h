@@ -1,0 +1,64 @@
+// The parameters of a Llama model, named as in Hugging Face's named_parameters(),
+// with a gradient buffer for each.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/hf_config.h"
+#include "io/model_folder.h"
+
+namespace ulysses {
+
+struct Parameter {
+  std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+  Tensor value;  // compute copy on the backend's device, in its act_dtype()
+  Tensor grad;   // float32 on the backend's device
+};
+
+class LlamaWeights {
+ public:
+  struct Layer {
+    Parameter* input_norm;  // [D]
+    Parameter* wq;          // [H*d, D]
+    Parameter* wk;          // [Hkv*d, D]
+    Parameter* wv;          // [Hkv*d, D]
+    Parameter* wo;          // [D, H*d]
+    Parameter* post_norm;   // [D]
+    Parameter* w_gate;      // [F, D]
+    Parameter* w_up;        // [F, D]
+    Parameter* w_down;      // [D, F]
+  };
+
+  // Names and shapes from the config; no memory yet.
+  explicit LlamaWeights(const ModelConfig& config);
+  LlamaWeights(const LlamaWeights&) = delete;
+  LlamaWeights& operator=(const LlamaWeights&) = delete;
+
+  // Allocates values and gradients on the backend and loads the values from a
+  // model folder, checking every tensor's presence, dtype and shape against config.json.
+  void load(const ModelFolder& folder, Backend& backend);
+  // Allocates and fills with a deterministic random init (std 0.02, norms 1).
+  void init_random(Backend& backend, uint64_t seed);
+  void zero_grads(Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  std::vector<Parameter>& params() { return params_; }
+  const std::vector<Parameter>& params() const { return params_; }
+  Parameter& embed() { return params_[embed_]; }
+  Parameter& final_norm() { return params_[final_norm_]; }
+  // The output projection: lm_head.weight, or the embedding when tied.
+  Parameter& lm_head() { return params_[lm_head_]; }
+  Layer& layer(int64_t i) { return layers_[i]; }
+  size_t num_elements() const;
+
+ private:
+  void allocate(Backend& backend);
+  ModelConfig config_;
+  std::vector<Parameter> params_;
+  std::vector<Layer> layers_;
+  size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;
+};
+
+}  // namespace ulysses

@@ -1,0 +1,70 @@
+#include "parallel/sequence_attention.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "parallel/ulysses_attention.h"
+
+namespace ulysses {
+namespace {
+
+class LocalAttention : public SequenceAttention {
+ public:
+  explicit LocalAttention(Backend& backend) : backend_(backend) {}
+
+  void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& doc_start) override {
+    const int64_t S = q.dim(0), H = q.dim(1), d = q.dim(2);
+    saved.q = q;
+    saved.k = k;
+    saved.v = v;
+    saved.out = out;
+    saved.lse = backend_.empty({H, S}, DType::F32);
+    backend_.attention_forward(out, saved.lse, q, k, v, doc_start, 1.0 / std::sqrt(static_cast<double>(d)));
+  }
+
+  void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
+                const Tensor& doc_start) override {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.q.dim(2)));
+    backend_.attention_backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, doc_start, scale);
+  }
+
+ private:
+  Backend& backend_;
+};
+
+std::string valid_degrees(int64_t H, int64_t Hkv) {
+  std::ostringstream os;
+  bool first = true;
+  for (int64_t p = 1; p <= H; ++p) {
+    if (H % p != 0) continue;
+    if (Hkv % p != 0 && p % Hkv != 0) continue;
+    os << (first ? "" : ", ") << p;
+    first = false;
+  }
+  return os.str();
+}
+
+}  // namespace
+
+void check_ulysses_degree(int64_t H, int64_t Hkv, int64_t P, int64_t S_global) {
+  ULY_CHECK(P >= 1, "sequence-parallel degree must be >= 1, got " << P);
+  ULY_CHECK(H % P == 0, "sequence-parallel degree " << P << " does not divide num_attention_heads " << H
+                                                    << " (Ulysses gives each rank H/P heads); valid degrees: "
+                                                    << valid_degrees(H, Hkv));
+  ULY_CHECK(Hkv % P == 0 || P % Hkv == 0,
+            "sequence-parallel degree " << P << " and num_key_value_heads " << Hkv
+                                        << " do not fit: kv heads must split evenly (Hkv % P == 0) or be replicated "
+                                           "evenly (P % Hkv == 0); valid degrees: "
+                                        << valid_degrees(H, Hkv));
+  ULY_CHECK(S_global >= P, "sequence of " << S_global << " tokens cannot be split over " << P
+                                          << " sequence-parallel ranks (each rank needs at least one token)");
+}
+
+std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,
+                                                           int64_t Hkv, int64_t d) {
+  if (sp_group.size() == 1) return std::make_unique<LocalAttention>(backend);
+  return std::make_unique<UlyssesAttention>(backend, sp_group, H, Hkv, d);
+}
+
+}  // namespace ulysses

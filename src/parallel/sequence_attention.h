@@ -1,0 +1,39 @@
+// Attention over a sequence that may be split across the ranks of a
+// sequence-parallel group. The model hands over its local q/k/v (its S/P
+// tokens, all heads, RoPE applied with global positions) and gets back the
+// attention output for the same tokens; how the work is distributed (local,
+// Ulysses all-to-all, later ring or hybrid) is this layer's business.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+
+namespace ulysses {
+
+// What the backward pass needs, in whatever layout the attention ran in.
+struct AttentionSaved {
+  Tensor q, k, v, out, lse;
+};
+
+class SequenceAttention {
+ public:
+  virtual ~SequenceAttention() = default;
+  // out: [S_local, H, d] (write); q: [S_local, H, d]; k, v: [S_local, Hkv, d];
+  // doc_start: [S_global] int32 on the backend's device (see cpu::attention_forward).
+  virtual void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& doc_start) = 0;
+  // dq: [S_local, H, d], dk, dv: [S_local, Hkv, d] (write); dout: [S_local, H, d].
+  virtual void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& saved,
+                        const Tensor& doc_start) = 0;
+};
+
+// Checks that heads H and kv heads Hkv can be spread over P ranks, and that
+// each rank gets at least one token of S; throws an Error naming the valid degrees.
+void check_ulysses_degree(int64_t H, int64_t Hkv, int64_t P, int64_t S_global);
+
+// Local attention when the group has one rank, Ulysses otherwise.
+std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,
+                                                           int64_t Hkv, int64_t d);
+
+}  // namespace ulysses

@@ -1,0 +1,74 @@
+#include "parallel/ulysses_attention.h"
+
+#include <cmath>
+
+namespace ulysses {
+
+UlyssesAttention::UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d)
+    : backend_(backend), comm_(sp_group), H_(H), Hkv_(Hkv), d_(d), P_(sp_group.size()) {
+  check_ulysses_degree(H, Hkv, P_, P_);
+  heads_per_rank_ = H / P_;
+  kv_per_rank_ = Hkv >= P_ ? Hkv / P_ : 1;
+}
+
+int64_t UlyssesAttention::head0(int64_t rank, bool kv) const {
+  if (!kv) return rank * heads_per_rank_;
+  // Replicated: rank j's query heads all map to kv head j / (P / Hkv).
+  return Hkv_ >= P_ ? rank * kv_per_rank_ : rank / (P_ / Hkv_);
+}
+
+Tensor UlyssesAttention::scatter_heads(const Tensor& local, int64_t n, bool kv) {
+  const int64_t S_l = local.dim(0), heads = local.dim(1);
+  Tensor send = backend_.empty({P_ * S_l, n, d_}, local.dtype());
+  for (int64_t j = 0; j < P_; ++j) {
+    Tensor block = send.slice(j * S_l, (j + 1) * S_l);
+    backend_.copy_heads(block, 0, local, head0(j, kv), n, false);
+  }
+  (void)heads;
+  Tensor recv = backend_.empty({P_ * S_l, n, d_}, local.dtype());
+  comm_.all_to_all(send.raw(), recv.raw(), static_cast<size_t>(S_l * n * d_), local.dtype());
+  return recv;
+}
+
+void UlyssesAttention::gather_heads(Tensor& local, const Tensor& gathered, int64_t n, bool kv) {
+  const int64_t S_l = local.dim(0);
+  Tensor recv = backend_.empty(gathered.shape(), gathered.dtype());
+  comm_.all_to_all(gathered.raw(), recv.raw(), static_cast<size_t>(S_l * n * d_), gathered.dtype());
+  const bool replicated = kv && Hkv_ < P_;
+  if (replicated) backend_.zero(local);
+  for (int64_t j = 0; j < P_; ++j) {
+    Tensor block = recv.slice(j * S_l, (j + 1) * S_l);
+    backend_.copy_heads(local, head0(j, kv), block, 0, n, replicated);
+  }
+}
+
+void UlyssesAttention::forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& doc_start) {
+  const int64_t S = q.dim(0) * P_;
+  ULY_CHECK(doc_start.numel() == S, "ulysses attention: doc_start has " << doc_start.numel() << " entries, expected "
+                                                                        << S);
+  saved.q = scatter_heads(q, heads_per_rank_, false);
+  saved.k = scatter_heads(k, kv_per_rank_, true);
+  saved.v = scatter_heads(v, kv_per_rank_, true);
+  saved.out = backend_.empty({S, heads_per_rank_, d_}, q.dtype());
+  saved.lse = backend_.empty({heads_per_rank_, S}, DType::F32);
+  backend_.attention_forward(saved.out, saved.lse, saved.q, saved.k, saved.v, doc_start,
+                             1.0 / std::sqrt(static_cast<double>(d_)));
+  gather_heads(out, saved.out, heads_per_rank_, false);
+}
+
+void UlyssesAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
+                                const Tensor& doc_start) {
+  const int64_t S = dout.dim(0) * P_;
+  Tensor dout_full = scatter_heads(dout, heads_per_rank_, false);
+  Tensor dq_full = backend_.empty({S, heads_per_rank_, d_}, dout.dtype());
+  Tensor dk_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
+  Tensor dv_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
+  backend_.attention_backward(dq_full, dk_full, dv_full, dout_full, s.out, s.lse, s.q, s.k, s.v, doc_start,
+                              1.0 / std::sqrt(static_cast<double>(d_)));
+  gather_heads(dq, dq_full, heads_per_rank_, false);
+  gather_heads(dk, dk_full, kv_per_rank_, true);
+  gather_heads(dv, dv_full, kv_per_rank_, true);
+}
+
+}  // namespace ulysses

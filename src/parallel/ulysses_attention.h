@@ -1,0 +1,33 @@
+// Ulysses sequence parallelism: an all-to-all turns "my S/P tokens, all heads"
+// into "all S tokens, my H/P heads", each rank runs ordinary attention on its
+// heads, and a second all-to-all turns the output back. KV heads are split
+// when Hkv % P == 0 and replicated to the ranks that need them when P % Hkv == 0
+// (their gradients summed back on the way out).
+#pragma once
+#include "parallel/sequence_attention.h"
+
+namespace ulysses {
+
+class UlyssesAttention : public SequenceAttention {
+ public:
+  UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d);
+  void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& doc_start) override;
+  void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& saved,
+                const Tensor& doc_start) override;
+
+ private:
+  // [S_l, heads, d] local → [S, n, d] gathered, rank j's block taken from head head0(j).
+  Tensor scatter_heads(const Tensor& local, int64_t n, bool kv);
+  // [S, n, d] gathered → [S_l, heads, d] local, the block from rank j written at head0(j)
+  // (accumulated for replicated kv heads).
+  void gather_heads(Tensor& local, const Tensor& gathered, int64_t n, bool kv);
+  int64_t head0(int64_t rank, bool kv) const;
+
+  Backend& backend_;
+  Communicator& comm_;
+  int64_t H_, Hkv_, d_, P_;
+  int64_t heads_per_rank_, kv_per_rank_;
+};
+
+}  // namespace ulysses

@@ -1,0 +1,421 @@
+// The CUDA backend through the Backend interface: construction, memory,
+// copies with conversion, sum, matmul, and every op against the CPU backend
+// (bf16 on the GPU, fp32 on the CPU over the same bf16-rounded inputs).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "cuda/cuda_test_util.h"
+
+namespace ulysses {
+namespace {
+
+class CudaBackendTest : public cuda_test::CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (HasFatalFailure()) return;
+    gpu = make_cuda_backend(0);
+    cpu = make_cpu_backend();
+  }
+
+  Tensor host_random(const Shape& s, uint64_t seed, double lo = -1, double hi = 1) {
+    Tensor t = Tensor::empty(s, DType::F32);
+    const auto v = test::random_vector_f(static_cast<size_t>(t.numel()), seed, lo, hi);
+    std::memcpy(t.raw(), v.data(), t.nbytes());
+    return t;
+  }
+  Tensor host_i32(const std::vector<int32_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::I32);
+    std::memcpy(t.raw(), v.data(), t.nbytes());
+    return t;
+  }
+  Tensor dev(const Tensor& h, DType dt) {
+    Tensor t = gpu->empty(h.shape(), dt);
+    gpu->copy(t, h);
+    return t;
+  }
+  Tensor to_host(const Tensor& d) {
+    Tensor t = Tensor::empty(d.shape(), DType::F32);
+    gpu->copy(t, d);
+    return t;
+  }
+  // The values a bf16 tensor holds for h (what the CPU reference must see).
+  Tensor bf16_rounded(const Tensor& h) { return to_host(dev(h, DType::BF16)); }
+  Tensor poisoned(const Shape& s, DType dt) {
+    Tensor t = gpu->empty(s, dt);
+    CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xFF, t.nbytes(), static_cast<cudaStream_t>(gpu->native_stream())));
+    return t;
+  }
+  void expect_close(const Tensor& gpu_out, const Tensor& cpu_ref, double tol, const char* what) {
+    const Tensor h = to_host(gpu_out);
+    const double err = test::rel_error(h, cpu_ref);
+    EXPECT_LE(err, tol) << what << ": relative error " << err << " (NaN/inf gives inf)";
+  }
+
+  std::unique_ptr<Backend> gpu, cpu;
+};
+
+TEST_F(CudaBackendTest, Identity) {
+  EXPECT_TRUE(cuda_backend_compiled_in());
+  EXPECT_EQ(gpu->name(), "cuda:0");
+  EXPECT_EQ(gpu->device(), Device::CUDA);
+  EXPECT_EQ(gpu->act_dtype(), DType::BF16);
+  EXPECT_NE(gpu->native_stream(), nullptr);
+  EXPECT_EQ(gpu->allocator().device(), Device::CUDA);
+  EXPECT_EQ(gpu->offload_allocator().device(), Device::CPU);
+}
+
+TEST_F(CudaBackendTest, BadDeviceIndexIsAClearError) {
+  try {
+    make_cuda_backend(1000);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CudaBackendTest, CopyRoundTrips) {
+  const Tensor h = host_random({3, 5, 7}, 1, -100, 100);
+  const Tensor hr = [&] {  // host-side bf16 rounding
+    Tensor b = Tensor::empty(h.shape(), DType::BF16), f = Tensor::empty(h.shape(), DType::F32);
+    cpu->copy(b, h);
+    cpu->copy(f, b);
+    return f;
+  }();
+  // host f32 -> device f32 -> host: exact.
+  EXPECT_EQ(test::rel_error(to_host(dev(h, DType::F32)), h), 0.0);
+  // host f32 -> device bf16 (converted on the host) -> host f32: the bf16 rounding.
+  EXPECT_EQ(test::rel_error(to_host(dev(h, DType::BF16)), hr), 0.0);
+  // device f32 -> device bf16 (cast kernel) -> host: the same rounding.
+  Tensor df = dev(h, DType::F32), db = gpu->empty(h.shape(), DType::BF16);
+  gpu->copy(db, df);
+  EXPECT_EQ(test::rel_error(to_host(db), hr), 0.0);
+  // device bf16 -> device f32 (cast kernel): exact widening.
+  Tensor df2 = poisoned(h.shape(), DType::F32);
+  gpu->copy(df2, db);
+  EXPECT_EQ(test::rel_error(to_host(df2), hr), 0.0);
+  // device -> device, same dtype, different shape with the same numel.
+  Tensor flat = poisoned({105}, DType::F32);
+  gpu->copy(flat, df);
+  EXPECT_EQ(test::rel_error(to_host(flat), h), 0.0);
+  // float64 host -> device f32 -> host float64 (staged conversion).
+  Tensor h64 = Tensor::empty({4}, DType::F64);
+  const double vals[4] = {1.0 / 3.0, -2.5, 1e10, 0.0};
+  std::memcpy(h64.raw(), vals, sizeof(vals));
+  Tensor d32 = dev(h64, DType::F32);
+  Tensor back64 = Tensor::empty({4}, DType::F64);
+  gpu->copy(back64, d32);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(static_cast<double*>(back64.raw())[i], static_cast<double>(static_cast<float>(vals[i])));
+  // device bf16 -> host bf16, raw bits.
+  Tensor hb = Tensor::empty(h.shape(), DType::BF16);
+  gpu->copy(hb, db);
+  Tensor hb_ref = Tensor::empty(h.shape(), DType::BF16);
+  cpu->copy(hb_ref, h);
+  EXPECT_EQ(std::memcmp(hb.raw(), hb_ref.raw(), hb.nbytes()), 0);
+  // int32 both ways.
+  const std::vector<int32_t> iv = {5, -7, 1 << 30, 0};
+  Tensor di = gpu->empty({4}, DType::I32);
+  gpu->copy(di, host_i32(iv));
+  Tensor hi = Tensor::empty({4}, DType::I32);
+  gpu->copy(hi, di);
+  EXPECT_EQ(std::memcmp(hi.raw(), iv.data(), 16), 0);
+  // Pinned host memory works as a source and destination.
+  Tensor pinned = Tensor::empty(h.shape(), DType::F32, gpu->offload_allocator());
+  gpu->copy(pinned, df);
+  EXPECT_EQ(test::rel_error(pinned, h), 0.0);
+  Tensor df3 = poisoned(h.shape(), DType::F32);
+  gpu->copy(df3, pinned);
+  EXPECT_EQ(test::rel_error(to_host(df3), h), 0.0);
+  // Errors: element counts, int <-> float.
+  Tensor wrong = gpu->empty({104}, DType::F32);
+  EXPECT_THROW(gpu->copy(wrong, h), Error);
+  Tensor di2 = gpu->empty({4}, DType::I32);
+  EXPECT_THROW(gpu->copy(di2, dev(host_random({4}, 2), DType::F32)), Error);
+}
+
+TEST_F(CudaBackendTest, ZeroAndSum) {
+  const Tensor h = host_random({1000, 37}, 3, -1, 3);
+  double want = 0;
+  for (int64_t i = 0; i < h.numel(); ++i) want += static_cast<const float*>(h.raw())[i];
+  Tensor d = dev(h, DType::F32);
+  EXPECT_NEAR(gpu->sum(d), want, 1e-9 * std::fabs(want));
+  const Tensor hr = bf16_rounded(h);
+  double want_b = 0;
+  for (int64_t i = 0; i < hr.numel(); ++i) want_b += static_cast<const float*>(hr.raw())[i];
+  EXPECT_NEAR(gpu->sum(dev(h, DType::BF16)), want_b, 1e-9 * std::fabs(want_b));
+  std::vector<int32_t> iv(12345);
+  double want_i = 0;
+  for (size_t i = 0; i < iv.size(); ++i) want_i += (iv[i] = static_cast<int32_t>(i % 17) - 3);
+  Tensor di = gpu->empty({12345}, DType::I32);
+  gpu->copy(di, host_i32(iv));
+  EXPECT_EQ(gpu->sum(di), want_i);
+  EXPECT_NEAR(gpu->sum(h), want, 1e-9 * std::fabs(want));  // host tensors are summed on the host
+  gpu->zero(d);
+  EXPECT_EQ(gpu->sum(d), 0.0);
+  const Tensor z = to_host(d);
+  for (int64_t i = 0; i < z.numel(); ++i) ASSERT_EQ(static_cast<const float*>(z.raw())[i], 0.0f);
+}
+
+TEST_F(CudaBackendTest, MatmulAllTransposes) {
+  const int64_t M = 40, N = 24, K = 56;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [ab, c] : {std::pair<DType, DType>{DType::F32, DType::F32}, {DType::BF16, DType::BF16},
+                           {DType::BF16, DType::F32}}) {
+        SCOPED_TRACE(testing::Message() << "trans_a=" << ta << " trans_b=" << tb << " A/B " << dtype_name(ab)
+                                        << " C " << dtype_name(c));
+        const Shape sa = ta ? Shape{K, M} : Shape{M, K}, sb = tb ? Shape{N, K} : Shape{K, N};
+        Tensor A = host_random(sa, 10 + ta), B = host_random(sb, 20 + tb), C0 = host_random({M, N}, 30);
+        if (ab == DType::BF16) {
+          A = bf16_rounded(A);
+          B = bf16_rounded(B);
+        }
+        if (c == DType::BF16) C0 = bf16_rounded(C0);
+        Tensor dA = dev(A, ab), dB = dev(B, ab), dC = dev(C0, c);
+        gpu->matmul(dC, dA, dB, ta, tb, 0.5, 1.0);
+        Tensor ref = C0.clone();
+        cpu->matmul(ref, A, B, ta, tb, 0.5, 1.0);
+        expect_close(dC, ref, c == DType::F32 ? 1e-5 : 2e-2, "C = 0.5 AB + C");
+        Tensor dC2 = poisoned({M, N}, c);
+        gpu->matmul(dC2, dA, dB, ta, tb);
+        Tensor ref2 = Tensor::empty({M, N}, DType::F32);
+        cpu->matmul(ref2, A, B, ta, tb);
+        expect_close(dC2, ref2, c == DType::F32 ? 1e-5 : 2e-2, "C = AB (beta 0, C poisoned)");
+      }
+  // Shape and dtype errors.
+  Tensor a = gpu->empty({4, 5}, DType::BF16), b = gpu->empty({6, 3}, DType::BF16), cc = gpu->empty({4, 3}, DType::BF16);
+  EXPECT_THROW(gpu->matmul(cc, a, b, false, false), Error);
+  Tensor b32 = gpu->empty({5, 3}, DType::F32);
+  EXPECT_THROW(gpu->matmul(cc, a, b32, false, false), Error);
+  Tensor sq = gpu->empty({4, 4}, DType::BF16);
+  EXPECT_THROW(gpu->matmul(sq, sq, sq, false, false), Error);  // output overlapping an input
+}
+
+TEST_F(CudaBackendTest, NormRopeSwigluAgainstCpu) {
+  const int64_t N = 48, H = 4, d = 32, D = H * d;
+  const Tensor x = bf16_rounded(host_random({N, D}, 40, -2, 2));
+  const Tensor w = bf16_rounded(host_random({D}, 41, 0.5, 1.5));
+  const Tensor dy = bf16_rounded(host_random({N, D}, 42));
+  // RMSNorm forward + backward.
+  Tensor y = poisoned({N, D}, DType::BF16), rstd = poisoned({N}, DType::F32);
+  Tensor dx_x = dev(x, DType::BF16), dx_w = dev(w, DType::BF16);
+  gpu->rmsnorm_forward(y, rstd, dx_x, dx_w, 1e-5);
+  Tensor ry = Tensor::empty({N, D}, DType::F32), rr = Tensor::empty({N}, DType::F32);
+  cpu->rmsnorm_forward(ry, rr, x, w, 1e-5);
+  expect_close(y, ry, 2e-2, "rmsnorm y");
+  expect_close(rstd, rr, 1e-5, "rmsnorm rstd");
+  Tensor dx = poisoned({N, D}, DType::BF16), dw = gpu->empty({D}, DType::F32);
+  gpu->zero(dw);
+  gpu->rmsnorm_backward(dx, dw, dev(dy, DType::BF16), dx_x, dx_w, dev(rr, DType::F32));
+  Tensor rdx = Tensor::empty({N, D}, DType::F32), rdw = Tensor::zeros({D}, DType::F32);
+  cpu->rmsnorm_backward(rdx, rdw, dy, x, w, rr);
+  expect_close(dx, rdx, 2e-2, "rmsnorm dx");
+  expect_close(dw, rdw, 1e-5, "rmsnorm dw");
+
+  // RoPE with pos and inv_freq given as host tensors (uploaded by the backend).
+  std::vector<int32_t> pv(N);
+  for (int64_t i = 0; i < N; ++i) pv[i] = static_cast<int32_t>(1000 + 37 * i);
+  const Tensor pos = host_i32(pv);
+  Tensor inv = Tensor::empty({d / 2}, DType::F32);
+  for (int64_t i = 0; i < d / 2; ++i) static_cast<float*>(inv.raw())[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
+  const Tensor q = x.reshape({N, H, d});
+  Tensor out = poisoned({N, H, d}, DType::BF16);
+  gpu->rope_forward(out, dev(q, DType::BF16), pos, inv);
+  Tensor rout = Tensor::empty({N, H, d}, DType::F32);
+  cpu->rope_forward(rout, q, pos, inv);
+  expect_close(out, rout, 2e-2, "rope forward");
+  Tensor back = poisoned({N, H, d}, DType::BF16);
+  gpu->rope_backward(back, dev(q, DType::BF16), dev(pos, DType::I32), dev(inv, DType::F32));
+  Tensor rback = Tensor::empty({N, H, d}, DType::F32);
+  cpu->rope_backward(rback, q, pos, inv);
+  expect_close(back, rback, 2e-2, "rope backward");
+
+  // SwiGLU.
+  const Tensor g = bf16_rounded(host_random({N, D}, 43, -5, 5)), u = bf16_rounded(host_random({N, D}, 44));
+  Tensor dg = dev(g, DType::BF16), du = dev(u, DType::BF16), h = poisoned({N, D}, DType::BF16);
+  gpu->swiglu_forward(h, dg, du);
+  Tensor rh = Tensor::empty({N, D}, DType::F32);
+  cpu->swiglu_forward(rh, g, u);
+  expect_close(h, rh, 2e-2, "swiglu h");
+  Tensor dgate = poisoned({N, D}, DType::BF16), dup = poisoned({N, D}, DType::BF16);
+  gpu->swiglu_backward(dgate, dup, dev(dy, DType::BF16), dg, du);
+  Tensor rdg = Tensor::empty({N, D}, DType::F32), rdu = Tensor::empty({N, D}, DType::F32);
+  cpu->swiglu_backward(rdg, rdu, dy, g, u);
+  expect_close(dgate, rdg, 2e-2, "swiglu dgate");
+  expect_close(dup, rdu, 2e-2, "swiglu dup");
+}
+
+TEST_F(CudaBackendTest, EmbeddingLossAddAxpyHeadsAgainstCpu) {
+  const int64_t V = 300, D = 64, N = 40;
+  std::vector<int32_t> ids(N), targets(N);
+  for (int64_t i = 0; i < N; ++i) {
+    ids[i] = static_cast<int32_t>((i * 37) % V);
+    targets[i] = i % 5 == 3 ? -100 : static_cast<int32_t>((i * 11) % V);
+  }
+  const Tensor table = bf16_rounded(host_random({V, D}, 50));
+  Tensor out = poisoned({N, D}, DType::BF16);
+  gpu->embedding_forward(out, host_i32(ids), dev(table, DType::BF16));
+  Tensor rout = Tensor::empty({N, D}, DType::F32);
+  cpu->embedding_forward(rout, host_i32(ids), table);
+  expect_close(out, rout, 0.0, "embedding forward");
+  const Tensor g = bf16_rounded(host_random({N, D}, 51));
+  Tensor dtable = gpu->empty({V, D}, DType::F32);
+  gpu->zero(dtable);
+  gpu->embedding_backward(dtable, dev(g, DType::BF16), dev(host_i32(ids), DType::I32));
+  Tensor rdt = Tensor::zeros({V, D}, DType::F32);
+  cpu->embedding_backward(rdt, g, host_i32(ids));
+  expect_close(dtable, rdt, 1e-5, "embedding backward");
+  std::vector<int32_t> bad = ids;
+  bad[7] = static_cast<int32_t>(V);
+  try {
+    gpu->embedding_forward(out, host_i32(bad), dev(table, DType::BF16));
+    ADD_FAILURE() << "an out-of-vocabulary id must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+
+  // Cross-entropy, dlogits aliasing logits as the tiled loss uses it.
+  const Tensor logits = bf16_rounded(host_random({N, V}, 52, -3, 3));
+  Tensor dl = dev(logits, DType::BF16), losses = poisoned({N}, DType::F32);
+  gpu->cross_entropy_forward_backward(dl, losses, dl, host_i32(targets), 0.125);
+  Tensor rdl = Tensor::empty({N, V}, DType::F32), rloss = Tensor::empty({N}, DType::F32);
+  cpu->cross_entropy_forward_backward(rdl, rloss, logits, host_i32(targets), 0.125);
+  expect_close(dl, rdl, 2e-2, "dlogits");
+  expect_close(losses, rloss, 1e-5, "losses");
+  std::vector<int32_t> bad_t = targets;
+  bad_t[0] = -5;
+  EXPECT_THROW(gpu->cross_entropy_forward_backward(dl, losses, dl, host_i32(bad_t), 1.0), Error);
+
+  // add and axpy (bf16 y += bf16 x, fp32 accumulator += bf16 x).
+  const Tensor a = bf16_rounded(host_random({N, D}, 53)), b = bf16_rounded(host_random({N, D}, 54));
+  Tensor y = poisoned({N, D}, DType::BF16);
+  gpu->add(y, dev(a, DType::BF16), dev(b, DType::BF16));
+  Tensor ry = Tensor::empty({N, D}, DType::F32);
+  cpu->add(ry, a, b);
+  expect_close(y, ry, 2e-2, "add");
+  Tensor acc = dev(a, DType::F32);
+  gpu->axpy(acc, dev(b, DType::BF16), -2.0);
+  Tensor racc = a.clone();
+  cpu->axpy(racc, b, -2.0);
+  expect_close(acc, racc, 1e-5, "axpy fp32 += bf16");
+
+  // copy_heads.
+  const Tensor src = bf16_rounded(host_random({N, 6, 16}, 55)), dst0 = bf16_rounded(host_random({N, 4, 16}, 56));
+  for (bool accumulate : {false, true}) {
+    Tensor dd = dev(dst0, DType::BF16);
+    gpu->copy_heads(dd, 1, dev(src, DType::BF16), 3, 2, accumulate);
+    Tensor rd = dst0.clone();
+    cpu->copy_heads(rd, 1, src, 3, 2, accumulate);
+    expect_close(dd, rd, accumulate ? 2e-2 : 0.0, accumulate ? "copy_heads accumulate" : "copy_heads");
+  }
+  // Host tensors are rejected by the ops with a clear message.
+  try {
+    Tensor hy = Tensor::empty({N, D}, DType::BF16);
+    gpu->add(hy, a, b);
+    ADD_FAILURE() << "host tensors must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device tensors"), std::string::npos) << e.what();
+  }
+}
+
+// A dispatch check (argument order, shapes, workspace): the kernel's precision is attention_test's job.
+TEST_F(CudaBackendTest, AttentionDispatchAgainstCpu) {
+  const int64_t S = 96, H = 4, Hkv = 2, d = 64;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<int32_t> ds(S);
+  for (int64_t i = 0; i < S; ++i) ds[i] = i < 40 ? 0 : 40;  // two packed documents
+  const Tensor q = bf16_rounded(host_random({S, H, d}, 60)), k = bf16_rounded(host_random({S, Hkv, d}, 61)),
+               v = bf16_rounded(host_random({S, Hkv, d}, 62)), dout = bf16_rounded(host_random({S, H, d}, 63));
+  Tensor dq_ = dev(q, DType::BF16), dk_ = dev(k, DType::BF16), dv_ = dev(v, DType::BF16);
+  Tensor out = poisoned({S, H, d}, DType::BF16), lse = poisoned({H, S}, DType::F32);
+  gpu->attention_forward(out, lse, dq_, dk_, dv_, host_i32(ds), scale);
+  Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
+  cpu->attention_forward(rout, rlse, q, k, v, host_i32(ds), scale);
+  expect_close(out, rout, 2e-2, "attention out");
+  expect_close(lse, rlse, 1e-3, "attention lse");
+  Tensor gq = poisoned({S, H, d}, DType::BF16), gk = poisoned({S, Hkv, d}, DType::BF16),
+         gv = poisoned({S, Hkv, d}, DType::BF16);
+  gpu->attention_backward(gq, gk, gv, dev(dout, DType::BF16), out, lse, dq_, dk_, dv_, host_i32(ds), scale);
+  Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
+         rv = Tensor::empty({S, Hkv, d}, DType::F32);
+  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, host_i32(ds), scale);
+  expect_close(gq, rq, 5e-2, "attention dq");
+  expect_close(gk, rk, 5e-2, "attention dk");
+  expect_close(gv, rv, 5e-2, "attention dv");
+}
+
+TEST_F(CudaBackendTest, AllocatorAccountingAndOutOfMemory) {
+  Allocator& a = gpu->allocator();
+  const size_t before = a.current_bytes();
+  {
+    Tensor t = gpu->empty({1 << 20}, DType::F32);
+    EXPECT_EQ(a.current_bytes(), before + (4u << 20));
+    EXPECT_GE(a.peak_bytes(), before + (4u << 20));
+  }
+  EXPECT_EQ(a.current_bytes(), before);
+  try {
+    a.allocate(size_t{1} << 50);
+    ADD_FAILURE() << "a 1 PiB allocation must fail";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("out of GPU memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1125899906842624 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("free of"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(a.current_bytes(), before);
+  // The device still works after the failed allocation.
+  Tensor t = dev(host_random({16}, 70), DType::F32);
+  EXPECT_TRUE(std::isfinite(gpu->sum(t)));
+  // Pinned host memory with accounting.
+  Allocator& p = gpu->offload_allocator();
+  const size_t pb = p.current_bytes();
+  void* mem = p.allocate(1 << 20);
+  ASSERT_NE(mem, nullptr);
+  std::memset(mem, 1, 1 << 20);
+  EXPECT_EQ(p.current_bytes(), pb + (1u << 20));
+  EXPECT_GE(p.peak_bytes(), pb + (1u << 20));
+  p.deallocate(mem, 1 << 20);
+  EXPECT_EQ(p.current_bytes(), pb);
+}
+
+TEST_F(CudaBackendTest, OptimizerExtras) {
+  auto* cb = dynamic_cast<cuda::CudaBackend*>(gpu.get());
+  ASSERT_NE(cb, nullptr);
+  const int64_t n = 1000;
+  const Tensor g = host_random({n}, 80), p0 = host_random({n}, 81);
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(static_cast<const float*>(g.raw())[i]) * static_cast<const float*>(g.raw())[i];
+  Tensor dg = dev(g, DType::F32), dgb = dev(g, DType::BF16);
+  const Tensor gr = bf16_rounded(g);
+  double sqb = 0;
+  for (int64_t i = 0; i < n; ++i) sqb += static_cast<double>(static_cast<const float*>(gr.raw())[i]) * static_cast<const float*>(gr.raw())[i];
+  EXPECT_NEAR(cb->sum_squares({&dg, &dgb}), sq + sqb, 1e-9 * (sq + sqb));
+  cb->scale(dg, 0.5);
+  EXPECT_NEAR(cb->sum_squares({&dg}), sq * 0.25, 1e-9 * sq);
+  Tensor master = dev(p0, DType::F32), m = gpu->empty({n}, DType::F32), v = gpu->empty({n}, DType::F32);
+  Tensor w = poisoned({n}, DType::BF16);
+  gpu->zero(m);
+  gpu->zero(v);
+  cuda::AdamWParams a;
+  a.lr = 0.1;
+  a.step = 1;
+  cb->adamw_step(master, m, v, &w, dg, a);
+  // Step 1 from zero state, no weight decay: the bias-corrected moments are g and g^2, so the
+  // update is -lr * g / (|g| + eps), about -lr * sign(g). dg holds 0.5 g after the scale above.
+  const Tensor hm = to_host(master), hw = to_host(w);
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = 0.5 * static_cast<const float*>(g.raw())[i], pi = static_cast<const float*>(p0.raw())[i];
+    const double want = pi - 0.1 * gi / (std::fabs(gi) + a.eps);
+    ASSERT_NEAR(static_cast<const float*>(hm.raw())[i], want, 1e-5) << i;
+    ASSERT_EQ(static_cast<const float*>(hw.raw())[i], bf16_to_float(float_to_bf16(static_cast<const float*>(hm.raw())[i]))) << i;
+  }
+}
+
+}  // namespace
+}  // namespace ulysses

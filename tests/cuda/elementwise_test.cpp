@@ -1,0 +1,262 @@
+// add, axpy, casts, scale, copy_heads, the float64 reductions and AdamW on the
+// GPU, against the CPU twins or a float64 host reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/adamw.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/heads.h"
+#include "backend/cuda/reduce.h"
+#include "cuda/cuda_test_util.h"
+
+namespace ulysses {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cuda_test::DeviceBuffer;
+using cuda_test::download;
+using cuda_test::Elem;
+using cuda_test::kF32Tol;
+using cuda_test::rounded;
+using cuda_test::upload;
+using test::random_vector_f;
+
+template <class T>
+class CudaElementwise : public cuda_test::CudaTest {};
+using ElemTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(CudaElementwise, ElemTypes);
+
+class CudaMisc : public cuda_test::CudaTest {};
+
+TYPED_TEST(CudaElementwise, AddAndAxpy) {
+  using T = TypeParam;
+  const int64_t n = 10007;
+  const auto a = rounded<T>(random_vector_f(n, 1));
+  const auto b = rounded<T>(random_vector_f(n, 2));
+  DeviceBuffer<T> d_a(n), d_b(n), d_y(n);
+  upload(d_a, a);
+  upload(d_b, b);
+  d_y.poison();
+  cuda::add(d_y.get(), d_a.get(), d_b.get(), n, this->stream);
+  this->sync();
+  std::vector<float> ref(n);
+  cpu::add(ref.data(), a.data(), b.data(), n);
+  const auto y = download(d_y);
+  EXPECT_CLOSE(y, ref, Elem<T>::tol);
+
+  // In place: a += b via y aliasing a.
+  cuda::add(d_a.get(), d_a.get(), d_b.get(), n, this->stream);
+  this->sync();
+  const auto y2 = download(d_a);
+  EXPECT_CLOSE(y2, ref, Elem<T>::tol);
+
+  // axpy, same type: y = b; y += -0.75 x (x = a's original values).
+  upload(d_a, a);
+  upload(d_y, b);
+  cuda::axpy(d_y.get(), static_cast<const T*>(d_a.get()), -0.75, n, this->stream);
+  this->sync();
+  std::vector<float> ref_axpy = b;
+  cpu::axpy(ref_axpy.data(), a.data(), -0.75, n);
+  const auto y3 = download(d_y);
+  EXPECT_CLOSE(y3, ref_axpy, Elem<T>::tol);
+}
+
+TEST_F(CudaMisc, AxpyMixedTypes) {
+  const int64_t n = 4099;
+  const auto x = rounded<bf16>(random_vector_f(n, 3));
+  const auto y0 = random_vector_f(n, 4);
+  std::vector<float> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = static_cast<float>(static_cast<double>(y0[i]) + 0.5 * x[i]);
+  // fp32 accumulator += bf16 gradient.
+  DeviceBuffer<bf16> d_x(n);
+  DeviceBuffer<float> d_y(n);
+  upload(d_x, x);
+  upload(d_y, y0);
+  cuda::axpy(d_y.get(), static_cast<const bf16*>(d_x.get()), 0.5, n, stream);
+  sync();
+  const auto y = download(d_y);
+  EXPECT_CLOSE(y, ref, kF32Tol);
+  // bf16 y += fp32 x.
+  const auto yb0 = rounded<bf16>(y0);
+  std::vector<float> ref_b(n);
+  for (int64_t i = 0; i < n; ++i) ref_b[i] = yb0[i] + 0.5f * x[i];
+  DeviceBuffer<bf16> d_yb(n);
+  DeviceBuffer<float> d_xf(n);
+  upload(d_yb, yb0);
+  upload(d_xf, x);
+  cuda::axpy(d_yb.get(), static_cast<const float*>(d_xf.get()), 0.5, n, stream);
+  sync();
+  const auto yb = download(d_yb);
+  EXPECT_CLOSE(yb, ref_b, Elem<bf16>::tol);
+}
+
+// The device cast must round exactly like core/dtype.h's float_to_bf16 (nearest even).
+TEST_F(CudaMisc, CastsAreBitExact) {
+  std::vector<float> v = random_vector_f(5000, 5, -1000, 1000);
+  const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie: rounds to 1 */, 1.01171875f /* tie: up */,
+                            3.0e38f, -3.0e38f, 1e-40f, INFINITY, -INFINITY, 65504.0f, 1.0f / 3.0f};
+  v.insert(v.end(), std::begin(specials), std::end(specials));
+  const int64_t n = static_cast<int64_t>(v.size());
+  DeviceBuffer<float> d_f(n), d_back(n);
+  DeviceBuffer<bf16> d_b(n);
+  upload(d_f, v);
+  d_b.poison();
+  d_back.poison();
+  cuda::cast(d_b.get(), static_cast<const float*>(d_f.get()), n, stream);
+  cuda::cast(d_back.get(), static_cast<const bf16*>(d_b.get()), n, stream);
+  sync();
+  std::vector<uint16_t> raw(n);
+  CUDA_CHECK(cudaMemcpy(raw.data(), d_b.get(), n * 2, cudaMemcpyDeviceToHost));
+  const auto back = download(d_back);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(raw[i], float_to_bf16(v[i])) << "element " << i << " = " << v[i];
+    const float want = bf16_to_float(float_to_bf16(v[i]));
+    ASSERT_EQ(std::memcmp(&back[i], &want, 4), 0) << "element " << i << " = " << v[i];
+  }
+}
+
+TYPED_TEST(CudaElementwise, Scale) {
+  using T = TypeParam;
+  const int64_t n = 3001;
+  const auto x = rounded<T>(random_vector_f(n, 6));
+  DeviceBuffer<T> d_x(n);
+  upload(d_x, x);
+  cuda::scale(d_x.get(), 0.3, n, this->stream);
+  this->sync();
+  std::vector<float> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = x[i] * 0.3f;
+  const auto y = download(d_x);
+  EXPECT_CLOSE(y, ref, Elem<T>::tol);
+}
+
+TYPED_TEST(CudaElementwise, CopyHeads) {
+  using T = TypeParam;
+  const int64_t N = 5, Hs = 6, Hd = 4, d = 32, src_head0 = 2, dst_head0 = 1, n_heads = 3;
+  const auto src = rounded<T>(random_vector_f(N * Hs * d, 7));
+  const auto dst0 = rounded<T>(random_vector_f(N * Hd * d, 8));
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "copy");
+    DeviceBuffer<T> d_src(N * Hs * d), d_dst(N * Hd * d);
+    upload(d_src, src);
+    upload(d_dst, dst0);
+    cuda::copy_heads(d_dst.get(), Hd, dst_head0, static_cast<const T*>(d_src.get()), Hs, src_head0, n_heads, N, d,
+                     accumulate, this->stream);
+    this->sync();
+    std::vector<float> ref = dst0;
+    cpu::copy_heads(ref.data(), Hd, dst_head0, src.data(), Hs, src_head0, n_heads, N, d, accumulate);
+    const auto out = download(d_dst);
+    EXPECT_CLOSE(out, ref, accumulate ? Elem<T>::tol : 0.0);
+  }
+}
+
+TEST_F(CudaMisc, SumAndSumOfSquares) {
+  const int64_t n = (1 << 20) + 3;
+  const auto xf = random_vector_f(n, 9, -1, 2);
+  const auto xb = rounded<bf16>(xf);
+  std::vector<int32_t> xi(n);
+  for (int64_t i = 0; i < n; ++i) xi[i] = static_cast<int32_t>(i % 1000) - 300;
+  double want_f = 0.5, want_b = 0.5, want_i = 0.5, want_sq_f = 0.25, want_sq_b = 0.25;
+  for (int64_t i = 0; i < n; ++i) {
+    want_f += xf[i];
+    want_b += xb[i];
+    want_i += xi[i];
+    want_sq_f += static_cast<double>(xf[i]) * xf[i];
+    want_sq_b += static_cast<double>(xb[i]) * xb[i];
+  }
+  DeviceBuffer<float> d_f(n);
+  DeviceBuffer<bf16> d_b(n);
+  DeviceBuffer<int32_t> d_i(n);
+  upload(d_f, xf);
+  upload(d_b, xb);
+  cuda_test::upload_i32(d_i, xi);
+  DeviceBuffer<double> acc(5);
+  const double init[5] = {0.5, 0.5, 0.5, 0.25, 0.25};  // the reductions accumulate
+  CUDA_CHECK(cudaMemcpy(acc.get(), init, sizeof(init), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  cuda::sum_accumulate(acc.get() + 0, static_cast<const float*>(d_f.get()), n, stream);
+  cuda::sum_accumulate(acc.get() + 1, static_cast<const bf16*>(d_b.get()), n, stream);
+  cuda::sum_accumulate(acc.get() + 2, static_cast<const int32_t*>(d_i.get()), n, stream);
+  cuda::sum_squares_accumulate(acc.get() + 3, static_cast<const float*>(d_f.get()), n, stream);
+  cuda::sum_squares_accumulate(acc.get() + 4, static_cast<const bf16*>(d_b.get()), n, stream);
+  sync();
+  double got[5];
+  CUDA_CHECK(cudaMemcpy(got, acc.get(), sizeof(got), cudaMemcpyDeviceToHost));
+  const double want[5] = {want_f, want_b, want_i, want_sq_f, want_sq_b};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(got[i], want[i], 1e-9 * std::fabs(want[i])) << "reduction " << i;
+}
+
+// float64 host reference of the AdamW step described in backend/cuda/adamw.h.
+void adamw_reference(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v,
+                     const std::vector<float>& g, const cuda::AdamWParams& a) {
+  const double bc1 = 1 - std::pow(a.beta1, static_cast<double>(a.step));
+  const double bc2 = 1 - std::pow(a.beta2, static_cast<double>(a.step));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double gi = g[i] * a.grad_scale;
+    m[i] = a.beta1 * m[i] + (1 - a.beta1) * gi;
+    v[i] = a.beta2 * v[i] + (1 - a.beta2) * gi * gi;
+    p[i] = p[i] * (1 - a.lr * a.weight_decay) - a.lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + a.eps);
+  }
+}
+
+TEST_F(CudaMisc, AdamWMatchesReference) {
+  const int64_t n = 4099;
+  const auto p0 = random_vector_f(n, 10);
+  std::vector<double> p(p0.begin(), p0.end()), m(n, 0.0), v(n, 0.0);
+  DeviceBuffer<float> d_p(n), d_m(n), d_v(n), d_g(n), d_wf(n);
+  DeviceBuffer<bf16> d_wb(n);
+  upload(d_p, p0);
+  CUDA_CHECK(cudaMemset(d_m.get(), 0, n * 4));
+  CUDA_CHECK(cudaMemset(d_v.get(), 0, n * 4));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  cuda::AdamWParams a;
+  a.lr = 0.05;  // large steps, so that the update is well above fp32 rounding of the weights
+  a.beta1 = 0.9;
+  a.beta2 = 0.95;
+  a.eps = 1e-8;
+  a.weight_decay = 0.1;
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    a.step = step;
+    a.grad_scale = step == 2 ? 0.5 : 1.0;
+    const auto g = random_vector_f(n, 100 + step);
+    upload(d_g, g);
+    const std::vector<double> p_before = p;
+    adamw_reference(p, m, v, g, a);
+    d_wb.poison();
+    d_wf.poison();
+    if (step == 1) cuda::adamw_step<bf16>(d_p.get(), d_m.get(), d_v.get(), d_wb.get(), d_g.get(), n, a, stream);
+    else if (step == 2) cuda::adamw_step<float>(d_p.get(), d_m.get(), d_v.get(), d_wf.get(), d_g.get(), n, a, stream);
+    else cuda::adamw_step<bf16>(d_p.get(), d_m.get(), d_v.get(), nullptr, d_g.get(), n, a, stream);
+    sync();
+    const auto gp = download(d_p), gm = download(d_m), gv = download(d_v);
+    std::vector<float> rp(p.begin(), p.end()), rm(m.begin(), m.end()), rv(v.begin(), v.end());
+    EXPECT_CLOSE(gp, rp, kF32Tol);
+    EXPECT_CLOSE(gm, rm, kF32Tol);
+    EXPECT_CLOSE(gv, rv, kF32Tol);
+    // The update itself (not just the weights) to 1e-4.
+    std::vector<float> delta(n), ref_delta(n);
+    for (int64_t i = 0; i < n; ++i) {
+      delta[i] = static_cast<float>(gp[i] - p_before[i]);
+      ref_delta[i] = static_cast<float>(p[i] - p_before[i]);
+    }
+    EXPECT_CLOSE(delta, ref_delta, 1e-4);
+    // Continue from the GPU's state so that differences do not compound over the steps.
+    p.assign(gp.begin(), gp.end());
+    m.assign(gm.begin(), gm.end());
+    v.assign(gv.begin(), gv.end());
+    if (step == 1) {
+      const auto wb = download(d_wb);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(wb[i], bf16_to_float(float_to_bf16(gp[i]))) << i;
+    } else if (step == 2) {
+      const auto wf = download(d_wf);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(wf[i], gp[i]) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ulysses
