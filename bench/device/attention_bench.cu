@@ -53,8 +53,8 @@ void bench(int64_t S, int64_t doc_len) {
   const double scale = 1.0 / std::sqrt(double(d));
   const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d);
   Buf<__nv_bfloat16> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
-  Buf<float> lse(size_t(H * S));
-  Buf<int32_t> doc(size_t(S));
+  Buf<float> lse{size_t(H * S)};
+  Buf<int32_t> doc{size_t(S)};
   const size_t ws_bytes = ulysses::cuda::attention_backward_workspace_bytes(S, H, Hkv, d);
   Buf<unsigned char> ws(ws_bytes);
 

@@ -1,6 +1,21 @@
 #include "backend/backend.h"
 
+#include <fstream>
+#include <string>
+
 namespace ulysses {
+
+size_t host_memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return static_cast<size_t>(-1);  // unknown: do not refuse
+}
+
+size_t Backend::device_memory_available() { return host_memory_available(); }
 
 MemoryPools& Backend::pools() {
   if (!pools_) pools_ = std::make_unique<MemoryPools>(allocator(), offload_allocator());

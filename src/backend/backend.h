@@ -37,6 +37,9 @@ class Backend {
   }
   // The pools over allocator() and offload_allocator(), made on first use.
   MemoryPools& pools();
+  // Bytes the device pools may still take (free device memory; on the CPU backend,
+  // the host's available memory), for refusing a step that cannot fit before it starts.
+  virtual size_t device_memory_available();
 
   virtual void zero(Tensor& t) = 0;
   // dst and src: same numel; any of host/device on either side; float dtypes are converted.
@@ -82,6 +85,9 @@ class Backend {
  private:
   std::unique_ptr<MemoryPools> pools_;
 };
+
+// The host's available memory (MemAvailable), for the host pools.
+size_t host_memory_available();
 
 std::unique_ptr<Backend> make_cpu_backend();
 // Throws a clear error when the build has no CUDA or no GPU is visible.

@@ -6,5 +6,6 @@
 namespace ulysses {
 
 int run_loss_grad(int argc, char** argv, Communicator& world);
+int run_plan(int argc, char** argv);
 
 }  // namespace ulysses

@@ -1,6 +1,10 @@
 #include "cli/engine_options.h"
 
 #include <cstdlib>
+#include <iostream>
+
+#include "core/error.h"
+#include "train/memory_plan.h"
 
 namespace ulysses {
 
@@ -11,6 +15,12 @@ std::vector<OptionSpec> engine_option_specs() {
       {"tiled-mlp", true, true, "run the MLP over N sequence tiles (default N = ceil(local tokens / hidden))"},
       {"tiled-loss", true, true, "lm_head + loss over tiles of this many tokens (default 1024)"},
       {"checkpoint", false, false, "keep only each layer's input; recompute the layer in backward"},
+      {"offload-checkpoints", true, true, "keep the first K layers' checkpoints (or all) in host memory; implies "
+                                          "--checkpoint (default all)"},
+      {"dry-run", false, false, "print the memory plan per pool and stop before allocating anything"},
+      {"memory-limit", true, false, "refuse steps whose planned device peak exceeds this many GiB (default: the "
+                                    "device's free memory)"},
+      {"memory-report", false, false, "print the measured peak per pool after the step"},
   };
 }
 
@@ -19,6 +29,12 @@ StepOptions step_options_from(const Args& args) {
   if (args.has("tiled-mlp")) o.mlp_tiles = args.get_int("tiled-mlp", 0);  // 0: decided per sequence
   if (args.has("tiled-loss")) o.loss_tile_tokens = args.get_int("tiled-loss", 1024);
   o.checkpoint = args.has("checkpoint");
+  if (args.has("offload-checkpoints")) {
+    const std::string v = args.get("offload-checkpoints", "all");
+    o.checkpoint = true;
+    o.offload_layers = (v.empty() || v == "all") ? -1 : args.get_int("offload-checkpoints", -1);
+    ULY_CHECK(o.offload_layers >= -1, "--offload-checkpoints expects a number of layers or 'all', got '" << v << "'");
+  }
   return o;
 }
 
@@ -30,5 +46,33 @@ std::unique_ptr<Backend> backend_from(const Args& args, int local_rank) {
 }
 
 int sp_degree_from(const Args& args) { return static_cast<int>(args.get_int("sp", 0)); }
+
+}  // namespace ulysses
+
+namespace ulysses {
+
+bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
+                           const StepOptions& options) {
+  PlanRequest req;
+  req.config = config;
+  req.seq_len = seq_len;
+  req.sp = sp;
+  req.options = options;
+  req.act_dtype = backend.act_dtype();
+  req.device = backend.device();
+  const MemorySnapshot plan = plan_step_memory(req);
+  if (args.has("dry-run")) {
+    std::cout << "memory plan: sequence " << seq_len << ", sp " << sp << ", backend " << backend.name() << "\n"
+              << memory_report(plan, local_tokens(req), config.hidden_size);
+    return true;
+  }
+  size_t device_available = backend.device_memory_available();
+  if (args.has("memory-limit")) {
+    const double gib = std::stod(args.get("memory-limit"));
+    device_available = static_cast<size_t>(gib * static_cast<double>(size_t(1) << 30));
+  }
+  check_plan_fits(req, plan, device_available, host_memory_available());
+  return false;
+}
 
 }  // namespace ulysses

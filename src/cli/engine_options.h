@@ -16,4 +16,10 @@ StepOptions step_options_from(const Args& args);
 std::unique_ptr<Backend> backend_from(const Args& args, int local_rank);
 int sp_degree_from(const Args& args);  // 0 = all ranks
 
+// Plans the step's memory (exact dry run) and refuses, with advice, a step that
+// cannot fit the device (or --memory-limit); with --dry-run prints the plan.
+// Returns true when the command should stop after the dry run.
+bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
+                           const StepOptions& options);
+
 }  // namespace ulysses

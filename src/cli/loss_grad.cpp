@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
+#include "train/memory_plan.h"
 #include "train/step.h"
 
 namespace ulysses {
@@ -38,13 +39,19 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), batch.S);
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
   StepOptions options = step_options_from(args);
+  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options)) return 0;
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 
   LlamaWeights weights(config);
   weights.load(folder, *backend);
   LlamaModel model(weights, *backend, mesh.sp(), options);
+  backend->pools().reset_peaks();
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
+  if (args.has("memory-report") && world.rank() == 0)
+    std::cout << "measured memory (rank 0):\n"
+              << memory_report(MemorySnapshot::of(backend->pools()), (batch.S + mesh.sp_size() - 1) / mesh.sp_size(),
+                               config.hidden_size);
 
   if (world.rank() == 0) {
     std::vector<std::pair<std::string, Tensor>> out;

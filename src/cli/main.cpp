@@ -15,6 +15,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  loss-grad   loss and gradients of one batch (check the engine against PyTorch)\n"
+    "  plan        the exact memory plan of a training step, per pool, without running it\n"
     "\n"
     "Run 'ulysses <command> --help' for a command's options. Launch several ranks with\n"
     "mpirun -np P (see docs/launching.md).\n";
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
     int code = 2;
     if (command == "loss-grad") {
       code = run_loss_grad(argc, argv, *world);
+    } else if (command == "plan") {
+      code = run_plan(argc, argv);
     } else {
       std::cerr << "ulysses: unknown command '" << command << "'\n" << kUsage;
     }

@@ -44,6 +44,11 @@ class Communicator {
 // A group of one process: collectives are copies.
 std::unique_ptr<Communicator> make_self_communicator();
 
+// A stand-in for rank `rank` of a group of `size` that moves no data: every
+// collective returns at once, leaving outputs untouched. Used by the memory
+// planner to run the step code for a degree without launching the ranks.
+std::unique_ptr<Communicator> make_simulated_communicator(int size, int rank);
+
 // The world: MPI when the process was launched by mpirun/srun (or MPI is forced),
 // a self communicator otherwise. Initialises MPI on first use; sets the process
 // identity used in error messages. Safe to call once per process.

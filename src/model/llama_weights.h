@@ -42,6 +42,8 @@ class LlamaWeights {
   // Allocates and fills with a deterministic random init (std 0.02, norms 1).
   void init_random(Backend& backend, uint64_t seed);
   void zero_grads(Backend& backend);
+  // Values and gradients allocated (values uninitialised), gradients zeroed.
+  void allocate(Backend& backend);
 
   const ModelConfig& config() const { return config_; }
   std::vector<Parameter>& params() { return params_; }
@@ -54,7 +56,6 @@ class LlamaWeights {
   size_t num_elements() const;
 
  private:
-  void allocate(Backend& backend);
   ModelConfig config_;
   std::vector<Parameter> params_;
   std::vector<Layer> layers_;

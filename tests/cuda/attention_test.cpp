@@ -203,7 +203,7 @@ TEST(CudaAttention, D64SharpSoftmax) { run_case({1000, 2, 2, 64, {450, 3}, 4.0})
 TEST(CudaAttention, D128SingleDocument) { run_case({1000, 2, 2, 128, {}}); }
 TEST(CudaAttention, D128MqaPackedDocuments) { run_case({1000, 4, 1, 128, {70, 1, 500, 129}, 2.0}); }
 TEST(CudaAttention, D128Gqa4096PackedDocuments) { run_case({4096, 4, 2, 128, {1500, 1, 1300, 700}}); }
-TEST(CudaAttention, D64Mha4096SingleDocument) { run_case({4096, 2, 2, 64, {}}); }
+TEST(CudaAttention, D64SingleHead4096SingleDocument) { run_case({4096, 1, 1, 64, {}}); }
 
 TEST(CudaAttention, RejectsBadArguments) {
   // Argument checks run before any device work, so null pointers are fine here.

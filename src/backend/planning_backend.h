@@ -1,0 +1,15 @@
+// A backend that runs nothing and allocates nothing: every tensor is a
+// placeholder whose bytes are counted in the pools. Running the real step code
+// on it gives the step's exact memory plan (same code path, same allocations,
+// same order) in milliseconds, before any real memory is touched.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace ulysses {
+
+// act_dtype / device: those of the backend being planned for.
+std::unique_ptr<Backend> make_planning_backend(DType act_dtype, Device device);
+
+}  // namespace ulysses

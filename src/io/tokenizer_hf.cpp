@@ -1,0 +1,331 @@
+// Hugging Face tokenizer.json, byte-level BPE family: reading the file into the
+// parts of tokenizer_parts.h, and encode/decode on top of them.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+#include "io/tokenizer_parts.h"
+#include "io/tokenizer_unicode.h"
+
+namespace ulysses {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using tok::AddedToken;
+using tok::PreTokStep;
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ULY_CHECK(f, path << ": cannot open the file");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+bool null_or_empty(const json& j, const char* key) {
+  return !j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key].get<std::string>().empty());
+}
+
+class HfBpeTokenizer final : public Tokenizer {
+ public:
+  explicit HfBpeTokenizer(const std::string& path);
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::optional<int32_t> bos_id() const override { return bos_; }
+  std::optional<int32_t> eos_id() const override { return eos_; }
+  std::optional<int32_t> token_id(std::string_view content) const override;
+  std::string name() const override { return name_; }
+
+ private:
+  void load_model(const json& model);
+  void load_post_processor(const json& post);
+  void load_special_ids(const json& root);
+
+  std::string path_, name_;
+  std::vector<PreTokStep> steps_;
+  std::unique_ptr<tok::BpeModel> model_;
+  std::unique_ptr<tok::AddedTokenSplitter> added_;
+  std::vector<int32_t> prefix_, suffix_;  // the post-processor's ids around a single sequence
+  std::unordered_map<std::string, int32_t> spelled_vocab_, added_ids_;
+  std::vector<std::string> id_bytes_;  // what each id decodes to
+  std::vector<uint8_t> id_kind_;       // 0: no such token, 1: ordinary, 2: special
+  int64_t vocab_size_ = 0;
+  std::optional<int32_t> bos_, eos_;
+};
+
+HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
+  const std::string text = read_text_file(path);
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    ULY_FAIL(path << ": invalid JSON (" << e.what() << ")");
+  }
+  ULY_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
+            path << ": not a Hugging Face tokenizer.json (no 'model' object)");
+  ULY_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(),
+            path << ": normalizer '" << tok::json_type(root["normalizer"])
+                 << "' is not supported; supported: none (byte-level BPE tokenizers such as GPT-2's and Llama 3's)");
+  load_model(root["model"]);
+
+  std::vector<AddedToken> added;
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    ULY_CHECK(root["added_tokens"].is_array(), path << ": 'added_tokens' must be an array");
+    for (const json& t : root["added_tokens"]) {
+      const std::string where = path + ": added_tokens entry";
+      ULY_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+                    t["content"].is_string(),
+                where << " " << t.dump() << " needs an integer 'id' and a string 'content'");
+      AddedToken a;
+      a.id = t["id"].get<int32_t>();
+      ULY_CHECK(a.id >= 0, where << " '" << t["content"].get<std::string>() << "' has a negative id");
+      a.content = t["content"].get<std::string>();
+      a.special = tok::json_bool(t, "special", false, where);
+      a.lstrip = tok::json_bool(t, "lstrip", false, where);
+      a.rstrip = tok::json_bool(t, "rstrip", false, where);
+      a.single_word = tok::json_bool(t, "single_word", false, where);
+      a.normalized = tok::json_bool(t, "normalized", !a.special, where);
+      added.push_back(a);
+      added_ids_.emplace(a.content, a.id);
+      vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{a.id} + 1);
+    }
+  }
+  added_ = std::make_unique<tok::AddedTokenSplitter>(added);
+
+  // What each id decodes to: HF's ByteLevel decoder turns a token's characters back into
+  // bytes when all of them are in its table, and keeps the token's text otherwise.
+  id_bytes_.resize(vocab_size_);
+  id_kind_.assign(vocab_size_, 0);
+  for (const auto& [spelled, id] : spelled_vocab_) {
+    std::string raw;
+    id_bytes_[id] = tok::from_byte_level(spelled, &raw) ? raw : spelled;
+    id_kind_[id] = 1;
+  }
+  for (const AddedToken& a : added) {
+    std::string raw;
+    id_bytes_[a.id] = tok::from_byte_level(a.content, &raw) ? raw : a.content;
+    id_kind_[a.id] = a.special ? 2 : 1;
+  }
+
+  ULY_CHECK(root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null(),
+            path << ": no pre_tokenizer; only byte-level BPE tokenizers (a ByteLevel pre-tokenizer) are supported");
+  steps_ = tok::parse_pre_tokenizer(root["pre_tokenizer"], path_);
+  if (root.contains("post_processor")) load_post_processor(root["post_processor"]);
+  if (root.contains("decoder") && !root["decoder"].is_null()) {
+    const json& d = root["decoder"];
+    const bool ok = tok::json_type(d) == "ByteLevel" ||
+                    (tok::json_type(d) == "Sequence" && d.contains("decoders") && d["decoders"].is_array() &&
+                     d["decoders"].size() == 1 && tok::json_type(d["decoders"][0]) == "ByteLevel");
+    ULY_CHECK(ok, path << ": decoder '" << tok::json_type(d) << "' is not supported; supported: ByteLevel");
+  }
+  load_special_ids(root);
+  name_ = "hf-bpe:" + fs::absolute(path).parent_path().filename().string() + ":";
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  name_ += hex;
+}
+
+void HfBpeTokenizer::load_model(const json& m) {
+  const std::string type = tok::json_type(m);
+  ULY_CHECK(type == "BPE" || (type.empty() && m.contains("merges")),
+            path_ << ": model.type '" << type << "' is not supported; supported: BPE (byte-level)");
+  ULY_CHECK(null_or_empty(m, "dropout"), path_ << ": model.dropout is set; BPE dropout is not supported (set it to null)");
+  ULY_CHECK(null_or_empty(m, "continuing_subword_prefix") && null_or_empty(m, "end_of_word_suffix"),
+            path_ << ": model.continuing_subword_prefix/end_of_word_suffix are not supported (byte-level BPE has none)");
+  ULY_CHECK(!tok::json_bool(m, "byte_fallback", false, path_ + ": model"),
+            path_ << ": model.byte_fallback is not supported (a SentencePiece-style BPE, not byte-level)");
+  const bool ignore_merges = tok::json_bool(m, "ignore_merges", false, path_ + ": model");
+  ULY_CHECK(m.contains("vocab") && m["vocab"].is_object(), path_ << ": model.vocab must be an object {token: id}");
+  ULY_CHECK(m.contains("merges") && m["merges"].is_array(), path_ << ": model.merges must be an array");
+
+  std::unordered_map<std::string, int32_t> raw_vocab;
+  for (const auto& [spelled, v] : m["vocab"].items()) {
+    ULY_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 31),
+              path_ << ": model.vocab['" << spelled << "'] must be a non-negative integer id");
+    const auto id = v.get<int32_t>();
+    spelled_vocab_.emplace(spelled, id);
+    vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
+    std::string raw;
+    if (tok::from_byte_level(spelled, &raw)) raw_vocab.emplace(std::move(raw), id);
+  }
+  ULY_CHECK(!raw_vocab.empty(), path_ << ": model.vocab has no entry spelled in the ByteLevel alphabet; "
+                                         "not a byte-level BPE tokenizer");
+
+  std::vector<tok::Merge> merges;
+  merges.reserve(m["merges"].size());
+  size_t index = 0;
+  for (const json& e : m["merges"]) {
+    std::string a, b;
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      const size_t sp = s.find(' ');
+      ULY_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
+                path_ << ": model.merges[" << index << "] '" << s << "' is not two tokens separated by one space");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else {
+      ULY_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
+                path_ << ": model.merges[" << index << "] must be \"a b\" or [\"a\", \"b\"], got " << e.dump());
+      a = e[0].get<std::string>();
+      b = e[1].get<std::string>();
+    }
+    auto ia = spelled_vocab_.find(a), ib = spelled_vocab_.find(b), iab = spelled_vocab_.find(a + b);
+    ULY_CHECK(ia != spelled_vocab_.end() && ib != spelled_vocab_.end(),
+              path_ << ": model.merges[" << index << "] (" << a << ", " << b << ") uses a token not in model.vocab");
+    ULY_CHECK(iab != spelled_vocab_.end(), path_ << ": model.merges[" << index << "] (" << a << ", " << b
+                                                 << ") makes '" << a + b << "', which is not in model.vocab");
+    merges.push_back({ia->second, ib->second, iab->second});
+    ++index;
+  }
+  model_ = std::make_unique<tok::BpeModel>(std::move(raw_vocab), merges, ignore_merges);
+}
+
+void HfBpeTokenizer::load_post_processor(const json& post) {
+  if (post.is_null()) return;
+  const std::string type = tok::json_type(post);
+  auto wrap = [&](const std::vector<int32_t>& before, const std::vector<int32_t>& after) {
+    prefix_.insert(prefix_.begin(), before.begin(), before.end());
+    suffix_.insert(suffix_.end(), after.begin(), after.end());
+  };
+  if (type == "ByteLevel") return;  // only adjusts offsets
+  if (type == "Sequence") {
+    ULY_CHECK(post.contains("processors") && post["processors"].is_array(),
+              path_ << ": post_processor Sequence needs a 'processors' array");
+    for (const json& p : post["processors"]) load_post_processor(p);
+    return;
+  }
+  if (type == "TemplateProcessing") {
+    ULY_CHECK(post.contains("single") && post["single"].is_array(), path_ << ": TemplateProcessing needs 'single'");
+    const json specials = post.value("special_tokens", json::object());
+    std::vector<int32_t> before, after;
+    bool seen_a = false;
+    for (const json& item : post["single"]) {
+      if (item.contains("Sequence")) {
+        ULY_CHECK(item["Sequence"].value("id", "") == "A" && !seen_a,
+                  path_ << ": TemplateProcessing 'single' must hold the sequence $A once, got " << item.dump());
+        seen_a = true;
+      } else if (item.contains("SpecialToken")) {
+        const std::string name = item["SpecialToken"].value("id", "");
+        ULY_CHECK(specials.contains(name) && specials[name].contains("ids") && specials[name]["ids"].is_array(),
+                  path_ << ": TemplateProcessing uses special token '" << name << "' missing from its special_tokens");
+        for (const json& id : specials[name]["ids"]) (seen_a ? after : before).push_back(id.get<int32_t>());
+      } else {
+        ULY_FAIL(path_ << ": TemplateProcessing item " << item.dump() << " is neither a Sequence nor a SpecialToken");
+      }
+    }
+    ULY_CHECK(seen_a, path_ << ": TemplateProcessing 'single' has no $A");
+    wrap(before, after);
+    return;
+  }
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    auto id_of = [&](const char* key) {
+      ULY_CHECK(post.contains(key) && post[key].is_array() && post[key].size() == 2 && post[key][1].is_number_integer(),
+                path_ << ": " << type << " needs '" << key << "': [token, id]");
+      return post[key][1].get<int32_t>();
+    };
+    wrap({id_of("cls")}, {id_of("sep")});
+    return;
+  }
+  ULY_FAIL(path_ << ": post_processor '" << type
+                 << "' is not supported; supported: ByteLevel, TemplateProcessing, RobertaProcessing, BertProcessing, "
+                    "Sequence");
+}
+
+void HfBpeTokenizer::load_special_ids(const json& root) {
+  const fs::path config = fs::path(path_).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(config, ec)) {
+    json c;
+    try {
+      c = json::parse(read_text_file(config.string()));
+    } catch (const json::parse_error& e) {
+      ULY_FAIL(config.string() << ": invalid JSON (" << e.what() << ")");
+    }
+    auto pick = [&](const char* key) -> std::optional<int32_t> {
+      if (!c.is_object() || !c.contains(key) || c[key].is_null()) return std::nullopt;
+      const json& v = c[key];
+      const std::string content = v.is_string() ? v.get<std::string>() : v.value("content", "");
+      auto id = token_id(content);
+      ULY_CHECK(id.has_value(), config.string() << ": " << key << " '" << content << "' is not a token of " << path_);
+      return id;
+    };
+    bos_ = pick("bos_token");
+    eos_ = pick("eos_token");
+    if (bos_ || eos_) return;
+  }
+  if (!prefix_.empty()) bos_ = prefix_.front();
+  if (!suffix_.empty()) eos_ = suffix_.back();
+  if (!eos_) {
+    for (const char* name : {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>"}) {
+      auto it = added_ids_.find(name);
+      if (it != added_ids_.end()) {
+        eos_ = it->second;
+        break;
+      }
+    }
+  }
+}
+
+std::optional<int32_t> HfBpeTokenizer::token_id(std::string_view content) const {
+  const std::string key(content);
+  if (auto it = added_ids_.find(key); it != added_ids_.end()) return it->second;
+  if (auto it = spelled_vocab_.find(key); it != spelled_vocab_.end()) return it->second;
+  if (auto it = spelled_vocab_.find(tok::to_byte_level(content)); it != spelled_vocab_.end()) return it->second;
+  return std::nullopt;
+}
+
+std::vector<int32_t> HfBpeTokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  if (add_special_tokens) ids = prefix_;
+  std::vector<std::string> pieces;
+  for (const auto& seg : added_->split(text)) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    tok::pre_tokenize(steps_, text.substr(seg.begin, seg.end - seg.begin), pieces);
+    for (const std::string& p : pieces) model_->encode(p, ids);
+  }
+  if (add_special_tokens) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
+  return ids;
+}
+
+std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string bytes;
+  for (int32_t id : ids) {
+    ULY_CHECK(id >= 0 && id < vocab_size_,
+              path_ << ": cannot decode id " << id << ": outside the vocabulary [0, " << vocab_size_ << ")");
+    if (id_kind_[id] == 0 || (skip_special_tokens && id_kind_[id] == 2)) continue;
+    bytes += id_bytes_[id];
+  }
+  return unicode::to_valid_utf8(bytes);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
+  std::error_code ec;
+  std::string file = path;
+  if (fs::is_directory(path, ec)) {
+    file = (fs::path(path) / "tokenizer.json").string();
+    ULY_CHECK(fs::exists(file, ec), path << ": folder has no tokenizer.json (give a tokenizer.json or 'byte')");
+  }
+  ULY_CHECK(fs::exists(file, ec), file << ": no such tokenizer file (give a tokenizer.json, a folder holding one, or 'byte')");
+  return std::make_unique<HfBpeTokenizer>(file);
+}
+
+}  // namespace ulysses

@@ -1,0 +1,129 @@
+#include "train/memory_plan.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "backend/planning_backend.h"
+#include "comm/communicator.h"
+#include "model/batch.h"
+
+namespace ulysses {
+
+MemorySnapshot MemorySnapshot::of(const MemoryPools& pools) {
+  MemorySnapshot s;
+  for (int i = 0; i < kNumPools; ++i) s.pools[i] = pools.counters(static_cast<Pool>(i));
+  for (int i = 0; i < kNumMemTags; ++i) s.tags[i] = pools.tag_counters(static_cast<MemTag>(i));
+  s.device = pools.device();
+  s.host = pools.host();
+  return s;
+}
+
+int64_t local_tokens(const PlanRequest& r) { return (r.seq_len + r.sp - 1) / r.sp; }
+
+MemorySnapshot plan_step_memory(const PlanRequest& r) {
+  ULY_CHECK(r.seq_len > 0, "plan: sequence length must be positive, got " << r.seq_len);
+  check_ulysses_degree(r.config.num_attention_heads, r.config.num_key_value_heads, r.sp, r.seq_len);
+  auto backend = make_planning_backend(r.act_dtype, r.device);
+  auto sp = make_simulated_communicator(r.sp, 0);
+  MemorySnapshot out;
+  {
+    LlamaWeights weights(r.config);
+    weights.allocate(*backend);
+    LlamaModel model(weights, *backend, *sp, r.options);
+    TokenBatch batch;  // one sequence of the planned length; the values do not matter
+    batch.B = 1;
+    batch.S = r.seq_len;
+    batch.ids.assign(r.seq_len, 0);
+    batch.targets.assign(r.seq_len, 0);
+    batch.positions.resize(r.seq_len);
+    for (int64_t i = 0; i < r.seq_len; ++i) batch.positions[i] = static_cast<int32_t>(i);
+    SequenceShard shard = shard_sequence(batch, 0, *sp);
+    backend->pools().reset_peaks();
+    model.forward_backward(shard, 1.0);
+    out = MemorySnapshot::of(backend->pools());
+  }
+  return out;
+}
+
+double working_coefficient(const MemorySnapshot& m, int64_t tokens, int64_t hidden) {
+  const double fixed = static_cast<double>(m.peak(Pool::Weights) + m.peak(Pool::Gradients) + m.peak(Pool::Optimizer) +
+                                           m.peak(Pool::Checkpoints));
+  return (static_cast<double>(m.device.peak) - fixed) / (static_cast<double>(tokens) * hidden * 2.0);
+}
+
+std::string memory_report(const MemorySnapshot& m, int64_t tokens, int64_t hidden) {
+  std::ostringstream os;
+  char line[200];
+  std::snprintf(line, sizeof line, "  %-18s %-7s %14s\n", "pool", "where", "peak");
+  os << line;
+  for (int i = 0; i < kNumPools; ++i) {
+    const Pool p = static_cast<Pool>(i);
+    std::snprintf(line, sizeof line, "  %-18s %-7s %14s\n", pool_name(p), pool_on_host(p) ? "host" : "device",
+                  format_bytes(m.pools[i].peak).c_str());
+    os << line;
+  }
+  for (int i = 1; i < kNumMemTags; ++i) {
+    std::snprintf(line, sizeof line, "    of which %-17s %13s\n", mem_tag_name(static_cast<MemTag>(i)),
+                  format_bytes(m.tags[i].peak).c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "  %-18s %-7s %14s  (%zu bytes)\n", "peak", "device",
+                format_bytes(m.device.peak).c_str(), m.device.peak);
+  os << line;
+  std::snprintf(line, sizeof line, "  %-18s %-7s %14s  (%zu bytes)\n", "peak", "host", format_bytes(m.host.peak).c_str(),
+                m.host.peak);
+  os << line;
+  std::snprintf(line, sizeof line, "  working-set coefficient c = %.2f  (%lld local tokens x hidden %lld x 2 B)\n",
+                working_coefficient(m, tokens, hidden), static_cast<long long>(tokens),
+                static_cast<long long>(hidden));
+  os << line;
+  return os.str();
+}
+
+void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
+                     size_t host_available) {
+  const bool device_ok = planned.device.peak <= device_available;
+  const bool host_ok = planned.host.peak <= host_available;
+  if (device_ok && host_ok) return;
+  // Which single change would make it fit? Each is a cheap dry run.
+  struct Variant { const char* flag; StepOptions o; };
+  std::vector<Variant> variants;
+  StepOptions o = r.options;
+  if (!o.checkpoint) { StepOptions v = o; v.checkpoint = true; variants.push_back({"--checkpoint", v}); }
+  if (o.offload_layers != -1) {
+    StepOptions v = o; v.checkpoint = true; v.offload_layers = -1;
+    variants.push_back({"--offload-checkpoints=all", v});
+  }
+  if (o.loss_tile_tokens == 0) { StepOptions v = o; v.loss_tile_tokens = 1024; variants.push_back({"--tiled-loss", v}); }
+  if (o.mlp_tiles == 1) { StepOptions v = o; v.mlp_tiles = 0; variants.push_back({"--tiled-mlp", v}); }
+  { StepOptions v = o; v.checkpoint = true; v.offload_layers = -1; v.loss_tile_tokens = v.loss_tile_tokens ? v.loss_tile_tokens : 1024;
+    if (v.mlp_tiles == 1) v.mlp_tiles = 0;
+    variants.push_back({"--checkpoint --offload-checkpoints=all --tiled-loss --tiled-mlp", v}); }
+  std::ostringstream fits;
+  for (const Variant& v : variants) {
+    PlanRequest alt = r;
+    alt.options = v.o;
+    const MemorySnapshot m = plan_step_memory(alt);
+    if (m.device.peak <= device_available && m.host.peak <= host_available) {
+      fits << (fits.str().empty() ? "" : "; or ") << v.flag << " (device peak " << format_bytes(m.device.peak) << ")";
+      break;  // the first (cheapest) one that fits is the advice
+    }
+  }
+  std::ostringstream os;
+  if (!device_ok)
+    os << "the step needs " << format_bytes(planned.device.peak) << " of device memory but "
+       << format_bytes(device_available) << " is available: over by "
+       << format_bytes(planned.device.peak - device_available);
+  else
+    os << "the step needs " << format_bytes(planned.host.peak) << " of host memory for offloaded checkpoints but "
+       << format_bytes(host_available) << " is available: over by " << format_bytes(planned.host.peak - host_available);
+  os << " (sequence " << r.seq_len << ", sp " << r.sp << "). ";
+  if (!fits.str().empty())
+    os << "It fits with " << fits.str();
+  else
+    os << "No memory option alone makes it fit: use more sequence-parallel ranks (--sp) or a shorter sequence";
+  os << ". Run with --dry-run to see the plan per pool.";
+  ULY_FAIL(os.str());
+}
+
+}  // namespace ulysses

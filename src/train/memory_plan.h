@@ -1,0 +1,52 @@
+// The memory plan of a training step: the step code run on the planning
+// backend (backend/planning_backend.h) for a model, a sequence length, a
+// sequence-parallel degree and the memory options. Planned and measured
+// figures come in the same MemorySnapshot form so they can be compared.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "core/memory_pools.h"
+#include "io/hf_config.h"
+#include "model/llama.h"
+
+namespace ulysses {
+
+struct MemorySnapshot {
+  std::array<PoolCounters, kNumPools> pools{};
+  std::array<PoolCounters, kNumMemTags> tags{};
+  PoolCounters device{}, host{};
+  static MemorySnapshot of(const MemoryPools& pools);
+  size_t peak(Pool p) const { return pools[static_cast<int>(p)].peak; }
+  size_t peak(MemTag t) const { return tags[static_cast<int>(t)].peak; }
+};
+
+struct PlanRequest {
+  ModelConfig config;
+  int64_t seq_len = 0;  // tokens of one sequence (the global length)
+  int sp = 1;           // sequence-parallel degree
+  StepOptions options;
+  DType act_dtype = DType::F32;  // F32 plans the cpu backend, BF16 the cuda one
+  Device device = Device::CPU;
+};
+
+// Local tokens per rank (the sequence padded to a multiple of sp, divided by sp).
+int64_t local_tokens(const PlanRequest& r);
+MemorySnapshot plan_step_memory(const PlanRequest& r);
+
+// c = (device peak − weights − gradients − optimizer − device checkpoints) /
+//     (local tokens × hidden × 2 bytes): the working set per token, in units of
+// one bf16 hidden vector (ALST ≈ 13-18; lower is better).
+double working_coefficient(const MemorySnapshot& m, int64_t local_tokens, int64_t hidden);
+
+// A table per pool (current at the end of the step, peak) with the totals and c.
+std::string memory_report(const MemorySnapshot& m, int64_t local_tokens, int64_t hidden);
+
+// Throws a clear error when the planned device peak is over `device_available`
+// bytes (or the host peak over `host_available`): by how much, and which memory
+// options (or degrees) would make the step fit.
+void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
+                     size_t host_available);
+
+}  // namespace ulysses

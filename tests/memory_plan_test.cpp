@@ -1,0 +1,154 @@
+// The memory techniques and the planner, from the engine's own accounting:
+// planned peak == measured peak, tiled loss keeps the logits flat as S grows,
+// tiled MLP keeps the MLP intermediates flat, offloaded checkpoints keep the
+// device pools flat as layers are added.
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "model/llama.h"
+#include "train/memory_plan.h"
+#include "train/step.h"
+
+namespace ulysses::test {
+namespace {
+
+ModelConfig small_config(int64_t layers) {
+  ModelConfig c;
+  ULY_CHECK(named_model_config("tiny", &c), "no tiny shape");
+  c.num_hidden_layers = layers;
+  return c;
+}
+
+// A real CPU step on one random sequence of S tokens; returns the measured pools.
+MemorySnapshot measure(const ModelConfig& c, int64_t S, const StepOptions& o) {
+  auto world = make_self_communicator();
+  ProcessMesh mesh(*world, 1);
+  auto backend = make_cpu_backend();
+  MemorySnapshot out;
+  {
+    LlamaWeights w(c);
+    w.init_random(*backend, 1);
+    LlamaModel model(w, *backend, mesh.sp(), o);
+    TokenBatch b;
+    b.B = 1;
+    b.S = S;
+    for (int64_t i = 0; i < S; ++i) {
+      b.ids.push_back(static_cast<int32_t>((i * 7 + 3) % c.vocab_size));
+      b.targets.push_back(static_cast<int32_t>((i * 5 + 1) % c.vocab_size));
+      b.positions.push_back(static_cast<int32_t>(i % 50));  // documents of 50 tokens
+    }
+    backend->pools().reset_peaks();
+    compute_loss_and_grads(model, w, *backend, mesh, b);
+    out = MemorySnapshot::of(backend->pools());
+  }
+  return out;
+}
+
+MemorySnapshot plan(const ModelConfig& c, int64_t S, const StepOptions& o, int sp = 1) {
+  PlanRequest r;
+  r.config = c;
+  r.seq_len = S;
+  r.sp = sp;
+  r.options = o;
+  return plan_step_memory(r);
+}
+
+std::vector<StepOptions> option_combinations() {
+  std::vector<StepOptions> all;
+  for (int mask = 0; mask < 16; ++mask) {
+    StepOptions o;
+    if (mask & 1) o.mlp_tiles = 0;
+    if (mask & 2) o.loss_tile_tokens = 64;
+    if (mask & 4) o.checkpoint = true;
+    if (mask & 8) {
+      o.checkpoint = true;
+      o.offload_layers = 1;
+    }
+    all.push_back(o);
+  }
+  return all;
+}
+
+TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
+  const ModelConfig c = small_config(3);
+  for (const StepOptions& o : option_combinations()) {
+    SCOPED_TRACE(testing::Message() << "tiles " << o.mlp_tiles << " loss " << o.loss_tile_tokens << " ckpt "
+                                    << o.checkpoint << " offload " << o.offload_layers);
+    const MemorySnapshot p = plan(c, 300, o), m = measure(c, 300, o);
+    EXPECT_EQ(p.device.peak, m.device.peak);
+    EXPECT_EQ(p.host.peak, m.host.peak);
+    for (int i = 0; i < kNumPools; ++i) EXPECT_EQ(p.pools[i].peak, m.pools[i].peak) << pool_name(Pool(i));
+    for (int i = 0; i < kNumMemTags; ++i) EXPECT_EQ(p.tags[i].peak, m.tags[i].peak) << mem_tag_name(MemTag(i));
+    EXPECT_GT(m.device.peak, 0u);
+  }
+}
+
+TEST(MemoryPlan, TiledLossKeepsLogitsFlat) {
+  const ModelConfig c = small_config(1);
+  StepOptions tiled;
+  tiled.loss_tile_tokens = 64;
+  const size_t t1 = measure(c, 256, tiled).peak(MemTag::Logits), t4 = measure(c, 1024, tiled).peak(MemTag::Logits);
+  EXPECT_EQ(t1, t4);
+  EXPECT_GT(t1, 0u);
+  const size_t p1 = measure(c, 256, {}).peak(MemTag::Logits), p4 = measure(c, 1024, {}).peak(MemTag::Logits);
+  EXPECT_NEAR(static_cast<double>(p4) / p1, 4.0, 0.05);
+}
+
+TEST(MemoryPlan, TiledMlpKeepsIntermediatesFlat) {
+  const ModelConfig c = small_config(1);
+  StepOptions tiled;
+  tiled.mlp_tiles = 0;  // ceil(S / hidden) tiles of about `hidden` tokens
+  const size_t t1 = measure(c, 256, tiled).peak(MemTag::MlpIntermediate),
+               t4 = measure(c, 1024, tiled).peak(MemTag::MlpIntermediate);
+  EXPECT_EQ(t1, t4);
+  const size_t p1 = measure(c, 256, {}).peak(MemTag::MlpIntermediate),
+               p4 = measure(c, 1024, {}).peak(MemTag::MlpIntermediate);
+  EXPECT_NEAR(static_cast<double>(p4) / p1, 4.0, 0.05);
+  EXPECT_LT(t4 * 3, p4);
+}
+
+TEST(MemoryPlan, OffloadedCheckpointsKeepDevicePeakFlatInLayers) {
+  StepOptions off;
+  off.checkpoint = true;
+  off.offload_layers = -1;
+  StepOptions on_device;
+  on_device.checkpoint = true;
+  auto activations = [](const MemorySnapshot& m) {  // device peak beyond weights and gradients
+    return m.device.peak - m.peak(Pool::Weights) - m.peak(Pool::Gradients);
+  };
+  const MemorySnapshot o2 = measure(small_config(2), 256, off), o8 = measure(small_config(8), 256, off);
+  EXPECT_EQ(activations(o2), activations(o8));
+  EXPECT_EQ(o8.peak(Pool::Checkpoints), 0u);
+  EXPECT_EQ(o8.host.peak, 4 * o2.host.peak);  // all 8 layers' inputs on the host
+  const MemorySnapshot d2 = measure(small_config(2), 256, on_device), d8 = measure(small_config(8), 256, on_device);
+  EXPECT_GT(activations(d8), activations(d2));
+  EXPECT_EQ(d8.peak(Pool::Checkpoints), 4 * d2.peak(Pool::Checkpoints));
+}
+
+TEST(MemoryPlan, RefusesWhatCannotFitWithAdvice) {
+  const ModelConfig c = small_config(4);
+  PlanRequest r;
+  r.config = c;
+  r.seq_len = 2048;
+  const MemorySnapshot m = plan_step_memory(r);
+  try {
+    check_plan_fits(r, m, m.device.peak - 1, size_t(1) << 40);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string msg = e.message();
+    EXPECT_NE(msg.find("over by 1 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("It fits with --"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(check_plan_fits(r, m, m.device.peak, size_t(1) << 40));
+}
+
+TEST(MemoryPlan, PlanForUnsplittableDegreeFails) {
+  PlanRequest r;
+  r.config = small_config(1);
+  r.seq_len = 128;
+  r.sp = 3;  // 4 heads
+  EXPECT_THROW(plan_step_memory(r), Error);
+}
+
+}  // namespace
+}  // namespace ulysses::test

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Small byte-level BPE tokenizers and reference encodings, built with the
+Hugging Face `tokenizers` package (no downloads), for tests/tokenizer_test.cpp.
+
+Each tokenizer is trained here with BpeTrainer on a bundled text, then written as
+<out>/<name>/tokenizer.json with <out>/<name>/cases.jsonl, one JSON object a line:
+
+  {"text": str, "add_special_tokens": bool, "ids": [int]}       HF encode()
+  {"decode_ids": [int], "skip_special_tokens": bool, "text": str}  HF decode()
+  {"pretokenize": str, "pieces": [str]}  HF pre_tokenizer.pre_tokenize_str() (byte-level spelled)
+
+Styles:
+  llama3  Split(Llama 3 regex, Isolated) + ByteLevel(use_regex=false), ignore_merges,
+          <|begin_of_text|>/<|end_of_text|>/reserved special tokens after the vocab,
+          TemplateProcessing that prepends <|begin_of_text|>; merges written as "a b" strings
+          (the form of Meta's published file). Two vocab entries are added that no
+          merge reaches, so ignore_merges changes the result on the cases that use them.
+  gpt2    ByteLevel(use_regex=true) pre-tokenizer (the GPT-2 regex), <|endoftext|>,
+          a non-special added token and an lstrip special token; merges as [a, b] pairs.
+
+  python3 tools/make_tokenizer_fixtures.py --out fixtures/tokenizers        # committed set
+  python3 tools/make_tokenizer_fixtures.py --out /tmp/tk --random-texts 300 --seed 3
+      (random texts; with a seed other than 0 the tokenizers are also varied:
+       vocab size, add_prefix_space, ignore_merges, training text sample)
+Then: ULYSSES_TOKENIZER_FIXTURES=/tmp/tk build/tests/tokenizer_test
+"""
+import argparse
+import json
+import os
+import random
+import sys
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+TRAIN_TEXT = """\
+The quick brown fox jumps over the lazy dog. It's a sentence that they've used for
+a long time, and we'll keep using it: every letter of the alphabet appears in it.
+In 1984, about 3,141,592 people lived there; by 2024 the number was 12345678.
+Long-context training splits every sequence across GPUs, so that a model can read
+hundreds of thousands of tokens at once. Attention is computed on all heads, and
+the all-to-all exchange moves the sequence dimension into the head dimension.
+
+def tokenize(text: str) -> list[int]:
+    ids = []
+    for word in text.split():
+        ids.append(vocab.get(word, 0))  # unknown words map to zero
+    return ids
+
+if __name__ == "__main__":
+    print(tokenize("hello world"))
+
+Le renard brun rapide saute par-dessus le chien paresseux. C'était l'été, où les
+élèves étudiaient à l'école. Ça va très bien, merci ! Der schnelle braune Fuchs
+springt über den faulen Hund. Größe, Straße, Übung, Ärger und Öl.
+Быстрая коричневая лиса прыгает через ленивую собаку. Привет, мир!
+Η γρήγορη καφέ αλεπού πηδάει πάνω από το τεμπέλικο σκυλί.
+我们正在训练一个语言模型。东京是日本的首都。自然语言处理很有趣。
+日本語のテキストも少し入れます。ひらがなとカタカナ。
+한국어 문장도 조금 있습니다. 안녕하세요.
+مرحبا بالعالم. هذا نص عربي قصير.
+नमस्ते दुनिया। यह एक छोटा वाक्य है।
+สวัสดีชาวโลก
+Emoji: 😀 😂 👍🏽 ❤️ 🇫🇷 👨‍👩‍👧‍👦 🚀✨
+Tabs\tand  spaces   and\r\nWindows line endings\r\n\r\nand trailing spaces   
+{"key": "value", "list": [1, 2, 3], "nested": {"a": true, "b": null}}
+<html><body><p>Hello &amp; welcome!</p></body></html>
+SELECT name, COUNT(*) FROM users WHERE age >= 21 GROUP BY name;
+"""
+
+WORDS = ("the of and to in is that it was for on are as with they at be this have from or one had by "
+         "word but not what all were we when your can said there use an each which she do how their if "
+         "will up other about out many then them these so some her would make like him into time has look "
+         "two more write go see number no way could people my than first water been call who oil its now "
+         "find long down day did get come made may part sequence token model attention gradient memory").split()
+
+# Test texts: the kinds of input where a re-implementation usually goes wrong.
+CASES = [
+    "",
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    " leading space",
+    "trailing space ",
+    "a  b   c\t\td \t \n\n  e   ",
+    "   ",
+    "\n",
+    " \t ",
+    "\t\tindented\n    four spaces\n",
+    "line one\r\nline two\r\n\r\nend\r\n",
+    "\r\r\n\n\r",
+    "1234567890123456789 and 3.14159 and 1,000,000 and 007",
+    "99 bottles, 1000000 tokens, 12:34:56, v1.2.3",
+    "I'm you're he'll they've she'd it's don't I'M YOU'RE HE'LL IT'S 'S 's",
+    "'s 's 'S ' s'' x'y ''re",
+    "我爱自然语言处理。東京は日本の首都です。한국어 텍스트",
+    "Family: 👨‍👩‍👧‍👦 and flags 🇫🇷🇯🇵, skin tone 👍🏽, heart ❤️ rocket 🚀✨",
+    "café naïve résumé Ångström",
+    "cafe\u0301 nai\u0308ve e\u0301te\u0301 \u0301leading combining",
+    "Русский текст, ελληνικά, العربية, हिन्दी, ไทย, עברית",
+    "mixed中文English日本語123한국어",
+    "def f(x):\n    return x**2  # comment\n\nprint(f(3))\n",
+    "!!! ??? ... --- === +++ *** ###\n\n",
+    "a\u00a0b\u3000c\u2009d\u2028e\u0085f\u000bg\u000ch\u001ci",
+    "<|begin_of_text|>Hi<|end_of_text|> x <|endoftext|>",
+    "text<|end_of_text|>more text<|begin_of_text|>",
+    "<|endoftext|><|endoftext|> <|endoftext|>",
+    "<|begin_of_text|",
+    "email@example.com https://example.org/path?q=1&r=2#frag",
+    "ſ 'ſ x'ſ",
+    "\u200b\u200d\ufeff zero width",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math 𝟙𝟚𝟛 ½ ² Ⅻ ٣",
+    "tab\tafter\tword and\t\ttabs",
+    " <mask> x<mask>y  <mask>",
+    "hello \u00e9",
+    "unmergeable ignoremerges",
+    "x unmergeable y ignoremerges z",
+    "$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    TRAIN_TEXT[:600],
+]
+
+# Characters to draw random texts from.
+RANDOM_POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") * 3 + list("0123456789") * 2 +
+               list(" ") * 12 + list("\t\n\r") * 2 + list("'.,;:!?-_()[]{}<>|/\\\"#$%&*+=@^`~") +
+               list("éèêüöäßçñåøœſÆ") + list("你好世界東京日本語한국") + ["👍", "🏽", "\u200d", "👨", "❤", "\ufe0f"] +
+               ["\u0301", "\u0308", "\u00a0", "\u3000", "\u2009", "\u0085", "\u000b", "\u000c", "\u001c", "\u2028"] +
+               list("Ωαβγабвгд١٢٣४५६½²") +
+               ["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "<mask>", "'s", "'RE", "'ll", "\r\n",
+                "123456", " the", " and", "  ", "\n\n"])
+
+
+def training_texts(rng=None):
+    texts = TRAIN_TEXT.split("\n")
+    r = rng or random.Random(0)
+    # Deterministic filler so that BpeTrainer finds enough frequent pairs for the vocab size.
+    for _ in range(300):
+        texts.append(" ".join(r.choice(WORDS) for _ in range(r.randint(4, 14))) + r.choice([".", ",", "!", "?", ""]))
+    if rng is not None:
+        r.shuffle(texts)
+        texts = texts[: len(texts) * 3 // 4]
+    return texts
+
+
+def train(pre_tokenizer, vocab_size, texts, ignore_merges):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def build_llama3(vocab_size=800, texts=None, add_prefix_space=False, ignore_merges=True):
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=False),
+    ])
+    tok = train(pre, vocab_size, texts or training_texts(), ignore_merges)
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(4)]
+    tok.add_special_tokens(specials)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)]),
+    ])
+    j = json.loads(tok.to_str())
+    # Vocab entries no merge produces: only ignore_merges emits them whole.
+    # (Byte-level spellings: Ġ is the space.)
+    vocab = j["model"]["vocab"]
+    next_id = 1 + max(max(vocab.values()), max(t["id"] for t in j["added_tokens"]))
+    for word in ["Ġunmergeable", "unmergeable", "Ġignoremerges"]:
+        if word not in vocab:
+            vocab[word] = next_id
+            next_id += 1
+    # Meta's file spells merges as "a b" strings.
+    j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    return j
+
+
+def build_gpt2(vocab_size=600, texts=None, add_prefix_space=False, ignore_merges=False):
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=True)
+    tok = train(pre, vocab_size, texts or training_texts(), ignore_merges)
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.add_tokens([AddedToken("<custom>", special=False), AddedToken("Ωmega", special=False)])
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    j = json.loads(tok.to_str())
+    j["model"]["merges"] = [m.split(" ") if isinstance(m, str) else m for m in j["model"]["merges"]]
+    return j
+
+
+def random_texts(rng, n):
+    out = []
+    for _ in range(n):
+        k = rng.choice([1, 2, 5, 10, 30, 80])
+        out.append("".join(rng.choice(RANDOM_POOL) for _ in range(rng.randint(0, k))))
+    return out
+
+
+def write_fixture(out_dir, name, tok_json, texts, rng):
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(tok_json, f, ensure_ascii=False, separators=(",", ":"))
+    tok = Tokenizer.from_file(path)  # reload: the reference is what HF makes of the written file
+    vocab_total = tok.get_vocab_size(with_added_tokens=True)
+    lines = []
+    for text in texts:
+        for add in (False, True):
+            ids = tok.encode(text, add_special_tokens=add).ids
+            lines.append({"text": text, "add_special_tokens": add, "ids": ids})
+    for text in texts:
+        lines.append({"pretokenize": text, "pieces": [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]})
+    # Decoding: round trips, special tokens skipped or not, partial UTF-8 sequences, added tokens.
+    specials = [t["id"] for t in tok_json["added_tokens"]]
+    for _ in range(40):
+        ids = [rng.randrange(vocab_total) for _ in range(rng.randint(0, 12))]
+        if specials and rng.random() < 0.5:
+            ids.insert(rng.randint(0, len(ids)), rng.choice(specials))
+        for skip in (False, True):
+            lines.append({"decode_ids": ids, "skip_special_tokens": skip, "text": tok.decode(ids, skip_special_tokens=skip)})
+    with open(os.path.join(d, "cases.jsonl"), "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    size = os.path.getsize(path) + os.path.getsize(os.path.join(d, "cases.jsonl"))
+    print(f"{d}: vocab {vocab_total}, {len(lines)} cases, {size / 1024:.0f} KB", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--random-texts", type=int, default=0, help="add N random texts to the fixed cases")
+    ap.add_argument("--seed", type=int, default=0, help="random texts; a non-zero seed also varies the tokenizers")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    texts = CASES + random_texts(rng, a.random_texts)
+    if a.seed == 0:
+        llama3, gpt2 = build_llama3(), build_gpt2()
+    else:
+        trng = random.Random(a.seed * 7919)
+        llama3 = build_llama3(trng.randint(300, 1200), training_texts(trng), trng.random() < 0.3, trng.random() < 0.7)
+        gpt2 = build_gpt2(trng.randint(300, 1200), training_texts(trng), trng.random() < 0.3, trng.random() < 0.3)
+    write_fixture(a.out, "llama3", llama3, texts, rng)
+    write_fixture(a.out, "gpt2", gpt2, texts, rng)
+
+
+if __name__ == "__main__":
+    main()
