@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev       # config.json, safetensors headers
   openmpi-bin libopenmpi-dev  # multi-rank runs (mpirun) and the MPI communicator
   libgtest-dev libgmock-dev   # tests
+  libyaml-cpp-dev          # train configs
 )
 
 missing=()
@@ -29,4 +30,11 @@ fi
 # e.g. /usr/local/cuda); it is optional.
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "install-deps: note: nvcc is at /usr/local/cuda/bin but not on PATH; the Makefile adds it"
+fi
+
+# Python packages the command-line tests use to build malformed inputs
+# (numpy, safetensors); torch/transformers are only needed to regenerate fixtures.
+if ! python3 -c "import numpy, safetensors" >/dev/null 2>&1; then
+  echo "install-deps: installing numpy and safetensors (pip)"
+  python3 -m pip install -q numpy safetensors
 fi

@@ -92,7 +92,8 @@ TEST(Tokenizer, MatchesHuggingFaceOnEveryCase) {
         const auto got = tok->encode(text, add);
         EXPECT_EQ(got, want) << "text " << show(text) << " add_special_tokens " << add;
         failures += got != want;
-        if (!add) EXPECT_EQ(tok->decode(got), text) << "round trip of " << show(text);
+        // HF's decode of its own ids: the text itself unless lstrip/rstrip tokens ate white space.
+        EXPECT_EQ(tok->decode(want), c["decoded"].get<std::string>()) << "decode of the ids of " << show(text);
         ++encodes;
       } else if (c.contains("decode_ids")) {
         const auto ids = c["decode_ids"].get<std::vector<int32_t>>();
@@ -132,7 +133,7 @@ TEST(Tokenizer, Llama3StyleSpecialsAndIgnoreMerges) {
   EXPECT_EQ(tok->encode("x unmergeable", false).back(), *whole);
   EXPECT_EQ(tok->decode(tok->encode("x<|end_of_text|>y", true), true), "xy");
   EXPECT_EQ(tok->name().rfind("hf-bpe:llama3:", 0), 0u) << tok->name();
-  EXPECT_EQ(tok->vocab_size(), 1 + std::max(*eot, *whole));
+  EXPECT_EQ(tok->vocab_size(), 1 + *tok->token_id("<|reserved_special_token_3|>"));  // the last added token
 }
 
 TEST(Tokenizer, Gpt2StyleAddedTokens) {
@@ -268,8 +269,8 @@ TEST(Tokenizer, InvalidUtf8AndLongInputs) {
   const std::string bad("ab\xFF\xC3 cd\xE2\x82", 9);
   EXPECT_EQ(tok->decode(tok->encode(bad, false)), unicode::to_valid_utf8(bad));
   // A megabyte with no pre-token boundary: the merge heap keeps this fast.
-  std::string long_word(1 << 20, 'a');
-  for (size_t i = 0; i < long_word.size(); i += 7) long_word[i] = 'b';
+  std::string long_word;
+  while (long_word.size() < (1u << 20)) long_word += "thequickbrownfoxjumpsoverthelazydog";
   const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok->encode(long_word, false);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,7 +5,7 @@ Hugging Face `tokenizers` package (no downloads), for tests/tokenizer_test.cpp.
 Each tokenizer is trained here with BpeTrainer on a bundled text, then written as
 <out>/<name>/tokenizer.json with <out>/<name>/cases.jsonl, one JSON object a line:
 
-  {"text": str, "add_special_tokens": bool, "ids": [int]}       HF encode()
+  {"text": str, "add_special_tokens": bool, "ids": [int], "decoded": str}  HF encode(), decode()
   {"decode_ids": [int], "skip_special_tokens": bool, "text": str}  HF decode()
   {"pretokenize": str, "pieces": [str]}  HF pre_tokenizer.pre_tokenize_str() (byte-level spelled)
 
@@ -159,6 +159,14 @@ def build_llama3(vocab_size=800, texts=None, add_prefix_space=False, ignore_merg
         pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=False),
     ])
     tok = train(pre, vocab_size, texts or training_texts(), ignore_merges)
+    # Vocab entries no merge produces: only ignore_merges emits them whole (Ġ is the space).
+    # They go before the special tokens, which follow the model's vocabulary as in Llama 3.
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    for word in ["Ġunmergeable", "unmergeable", "Ġignoremerges"]:
+        if word not in vocab:
+            vocab[word] = len(vocab)
+    tok = Tokenizer.from_str(json.dumps(j))
     specials = ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(4)]
     tok.add_special_tokens(specials)
     bos = tok.token_to_id("<|begin_of_text|>")
@@ -169,14 +177,6 @@ def build_llama3(vocab_size=800, texts=None, add_prefix_space=False, ignore_merg
                                       special_tokens=[("<|begin_of_text|>", bos)]),
     ])
     j = json.loads(tok.to_str())
-    # Vocab entries no merge produces: only ignore_merges emits them whole.
-    # (Byte-level spellings: Ġ is the space.)
-    vocab = j["model"]["vocab"]
-    next_id = 1 + max(max(vocab.values()), max(t["id"] for t in j["added_tokens"]))
-    for word in ["Ġunmergeable", "unmergeable", "Ġignoremerges"]:
-        if word not in vocab:
-            vocab[word] = next_id
-            next_id += 1
     # Meta's file spells merges as "a b" strings.
     j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
     return j
@@ -214,7 +214,8 @@ def write_fixture(out_dir, name, tok_json, texts, rng):
     for text in texts:
         for add in (False, True):
             ids = tok.encode(text, add_special_tokens=add).ids
-            lines.append({"text": text, "add_special_tokens": add, "ids": ids})
+            lines.append({"text": text, "add_special_tokens": add, "ids": ids,
+                          "decoded": tok.decode(ids, skip_special_tokens=False)})
     for text in texts:
         lines.append({"pretokenize": text, "pieces": [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]})
     # Decoding: round trips, special tokens skipped or not, partial UTF-8 sequences, added tokens.

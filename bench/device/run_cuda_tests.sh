@@ -18,7 +18,11 @@ fi
 
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 || echo "nvidia-smi unavailable"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1
+  else
+    echo "nvidia-smi not found"
+  fi
 } > "$LOG_DIR/machine.txt"
 cat "$LOG_DIR/machine.txt"
 

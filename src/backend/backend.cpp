@@ -22,6 +22,14 @@ MemoryPools& Backend::pools() {
   return *pools_;
 }
 
+double Backend::sum_squares(const Tensor&) {
+  ULY_FAIL("backend '" << name() << "' does not implement sum_squares (needed for gradient clipping)");
+}
+
+void Backend::adamw_step(Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&) {
+  ULY_FAIL("backend '" << name() << "' does not implement adamw_step (needed for training)");
+}
+
 void Backend::copy_heads(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) {
   ULY_FAIL("backend '" << name() << "' does not implement copy_heads (needed for sequence parallelism)");
 }

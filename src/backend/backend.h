@@ -16,6 +16,17 @@
 
 namespace ulysses {
 
+// torch.optim.AdamW semantics; grad_scale multiplies the gradient first (clipping).
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // 1-based, for the bias corrections
+  double grad_scale = 1.0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -73,6 +84,12 @@ class Backend {
   virtual void axpy(Tensor& y, const Tensor& x, double alpha) = 0;
   // Sum of all elements in float64 (losses, token counts).
   virtual double sum(const Tensor& x) = 0;
+  // Sum of squares in float64 (the global gradient norm).
+  virtual double sum_squares(const Tensor& x);
+  // One AdamW step on fp32 master weights: master, m, v, grad: float32 [n]; weight: the
+  // compute copy (act_dtype) written from the new master (may be master itself).
+  virtual void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                          const AdamWParams& p);
   // dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i] for i < n_heads.
   // The packing step around the Ulysses all-to-alls.
   virtual void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,

@@ -15,6 +15,11 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  loss-grad   loss and gradients of one batch (check the engine against PyTorch)\n"
+    "  prepare     text / JSON Lines -> token shards for training\n"
+    "  tokenize    text on stdin -> token ids (JSON) on stdout\n"
+    "  train       train a model (ulysses train CONFIG.yaml; --help lists every key)\n"
+    "  plot        a loss-curve PNG from a run's metrics.jsonl\n"
+    "  bench       time training steps (step time, tokens/s, TFLOPS, MFU, memory)\n"
     "  plan        the exact memory plan of a training step, per pool, without running it\n"
     "\n"
     "Run 'ulysses <command> --help' for a command's options. Launch several ranks with\n"
@@ -35,6 +40,16 @@ int main(int argc, char** argv) {
     int code = 2;
     if (command == "loss-grad") {
       code = run_loss_grad(argc, argv, *world);
+    } else if (command == "train") {
+      code = run_train(argc, argv, *world);
+    } else if (command == "prepare") {
+      code = run_prepare(argc, argv);
+    } else if (command == "tokenize") {
+      code = run_tokenize(argc, argv);
+    } else if (command == "plot") {
+      code = run_plot(argc, argv);
+    } else if (command == "bench") {
+      code = run_bench(argc, argv, *world);
     } else if (command == "plan") {
       code = run_plan(argc, argv);
     } else {

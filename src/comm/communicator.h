@@ -19,6 +19,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "self", "mpi", "nccl"
+  // True when buffers may be device memory (NCCL); otherwise callers stage
+  // device tensors through host memory (parallel/collectives.h).
+  virtual bool device_buffers() const { return false; }
 
   // send: [size * count] (block r goes to rank r); recv: [size * count] (block r came from rank r).
   virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;

@@ -58,6 +58,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
+  bool device_buffers() const override { return true; }
 
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override {
     if (count == 0) return;

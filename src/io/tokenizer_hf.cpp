@@ -132,7 +132,8 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
     ULY_CHECK(ok, path << ": decoder '" << tok::json_type(d) << "' is not supported; supported: ByteLevel");
   }
   load_special_ids(root);
-  name_ = "hf-bpe:" + fs::absolute(path).parent_path().filename().string() + ":";
+  // Fits the 192-byte name field of token shards whatever the folder is called.
+  name_ = "hf-bpe:" + fs::absolute(path).parent_path().filename().string().substr(0, 120) + ":";
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
   name_ += hex;
@@ -197,6 +198,10 @@ void HfBpeTokenizer::load_post_processor(const json& post) {
   if (post.is_null()) return;
   const std::string type = tok::json_type(post);
   auto wrap = [&](const std::vector<int32_t>& before, const std::vector<int32_t>& after) {
+    for (const auto* ids : {&before, &after})
+      for (int32_t id : *ids)
+        ULY_CHECK(id >= 0 && id < vocab_size_, path_ << ": post_processor " << type << " adds id " << id
+                                                     << ", outside the vocabulary [0, " << vocab_size_ << ")");
     prefix_.insert(prefix_.begin(), before.begin(), before.end());
     suffix_.insert(suffix_.end(), after.begin(), after.end());
   };

@@ -167,7 +167,8 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
   const DType t = be_.act_dtype();
   Tensor xn = be_.empty({N, D}, t), rstd = be_.empty({N}, DType::F32);
   be_.rmsnorm_forward(xn, rstd, x, norm.value, c_.rms_norm_eps);
-  Tensor dxn = be_.empty({N, D}, t);
+  const bool backward = dx.defined();
+  Tensor dxn = backward ? be_.empty({N, D}, t) : Tensor{};
   const int64_t T = options_.loss_tile_tokens > 0 ? std::min(options_.loss_tile_tokens, N) : N;
   double loss_sum = 0;
   for (int64_t b = 0; b < N; b += T) {
@@ -179,24 +180,50 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
     Tensor losses = be_.empty({e - b}, DType::F32, Pool::Working);
     be_.cross_entropy_forward_backward(logits, losses, logits, targets.slice(b, e), grad_scale);
     loss_sum += be_.sum(losses);
+    if (!backward) continue;
     Tensor dxt = dxn.slice(b, e);
     linear_backward(dxt, head, logits, xt, false);
   }
-  be_.rmsnorm_backward(dx, norm.grad, dxn, x, norm.value, rstd);
+  if (backward) be_.rmsnorm_backward(dx, norm.grad, dxn, x, norm.value, rstd);
+  return loss_sum;
+}
+
+void LlamaModel::begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor& targets) {
+  auto upload = [&](const std::vector<int32_t>& v) {
+    Tensor dev = be_.empty({static_cast<int64_t>(v.size())}, DType::I32);
+    be_.copy(dev, Tensor::borrow(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())}, DType::I32));
+    return dev;
+  };
+  ids = upload(shard.ids);
+  targets = upload(shard.targets);
+  positions_ = upload(shard.positions);
+  doc_start_ = upload(shard.doc_start);
+}
+
+double LlamaModel::forward_loss(const SequenceShard& shard) {
+  const int64_t N = shard.S_local(), D = c_.hidden_size;
+  const DType t = be_.act_dtype();
+  Tensor ids, targets;
+  begin_sequence(shard, ids, targets);
+  Tensor x = be_.empty({N, D}, t);
+  be_.embedding_forward(x, ids, w_.embed().value);
+  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    LayerActs acts;
+    Tensor y = be_.empty({N, D}, t);
+    layer_forward(l, x, acts, y);
+    x = y;
+  }
+  Tensor no_grad;
+  const double loss_sum = head_forward_backward(x, targets, 0.0, no_grad);
+  positions_ = doc_start_ = Tensor{};
   return loss_sum;
 }
 
 double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scale) {
   const int64_t N = shard.S_local(), D = c_.hidden_size, Lyr = c_.num_hidden_layers;
   const DType t = be_.act_dtype();
-  auto upload = [&](const std::vector<int32_t>& v) {
-    Tensor dev = be_.empty({static_cast<int64_t>(v.size())}, DType::I32);
-    be_.copy(dev, Tensor::borrow(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())}, DType::I32));
-    return dev;
-  };
-  const Tensor ids = upload(shard.ids), targets = upload(shard.targets);
-  positions_ = upload(shard.positions);
-  doc_start_ = upload(shard.doc_start);
+  Tensor ids, targets;
+  begin_sequence(shard, ids, targets);
 
   Tensor x = be_.empty({N, D}, t);
   be_.embedding_forward(x, ids, w_.embed().value);

@@ -31,6 +31,9 @@ class LlamaModel {
   // the sum of this rank's token losses.
   double forward_backward(const SequenceShard& shard, double grad_scale);
 
+  // Forward only (evaluation): the sum of this rank's token losses; no gradients.
+  double forward_loss(const SequenceShard& shard);
+
   const StepOptions& options() const { return options_; }
 
  private:
@@ -40,7 +43,9 @@ class LlamaModel {
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
   int64_t mlp_tile_tokens(int64_t N) const;
+  // With dx undefined, forward only (no gradients).
   double head_forward_backward(const Tensor& x, const Tensor& targets, double grad_scale, Tensor& dx);
+  void begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor& targets);
   void linear(Tensor& y, const Tensor& x, const Parameter& w);                     // y = x W^T
   void linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx);
 

@@ -1,6 +1,6 @@
 #include "model/llama_weights.h"
 
-#include <random>
+#include <cmath>
 
 namespace ulysses {
 
@@ -73,13 +73,24 @@ void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {
 
 void LlamaWeights::init_random(Backend& backend, uint64_t seed) {
   allocate(backend);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (auto& p : params_) {
+  // A counter-based generator (splitmix64 of seed, tensor, index): parallel,
+  // and the same values whatever the thread count. Uniform with std 0.02.
+  const float a = 0.02f * std::sqrt(3.0f);
+  for (size_t t = 0; t < params_.size(); ++t) {
+    Parameter& p = params_[t];
     Tensor host = Tensor::empty(p.shape, DType::F32);
     float* x = host.data<float>();
+    const int64_t n = host.numel();
     const bool is_norm = p.shape.size() == 1;
-    for (int64_t i = 0; i < host.numel(); ++i) x[i] = is_norm ? 1.0f : normal(rng);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t z = seed * 0x9E3779B97F4A7C15ull + (static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(i);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+      x[i] = is_norm ? 1.0f : (2.0f * u - 1.0f) * a;
+    }
     backend.copy(p.value, host);
   }
 }

@@ -39,7 +39,7 @@ class LlamaWeights {
   // Allocates values and gradients on the backend and loads the values from a
   // model folder, checking every tensor's presence, dtype and shape against config.json.
   void load(const ModelFolder& folder, Backend& backend);
-  // Allocates and fills with a deterministic random init (std 0.02, norms 1).
+  // Allocates and fills with a deterministic random init (uniform, std 0.02; norms 1).
   void init_random(Backend& backend, uint64_t seed);
   void zero_grads(Backend& backend);
   // Values and gradients allocated (values uninitialised), gradients zeroed.

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "parallel/collectives.h"
+
 namespace ulysses {
 
 UlyssesAttention::UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d)
@@ -18,22 +20,23 @@ int64_t UlyssesAttention::head0(int64_t rank, bool kv) const {
 }
 
 Tensor UlyssesAttention::scatter_heads(const Tensor& local, int64_t n, bool kv) {
-  const int64_t S_l = local.dim(0), heads = local.dim(1);
+  const int64_t S_l = local.dim(0);
+  Tensor recv = backend_.empty({P_ * S_l, n, d_}, local.dtype());
+  MemTagScope tag(backend_.pools(), MemTag::Communication);
   Tensor send = backend_.empty({P_ * S_l, n, d_}, local.dtype());
   for (int64_t j = 0; j < P_; ++j) {
     Tensor block = send.slice(j * S_l, (j + 1) * S_l);
     backend_.copy_heads(block, 0, local, head0(j, kv), n, false);
   }
-  (void)heads;
-  Tensor recv = backend_.empty({P_ * S_l, n, d_}, local.dtype());
-  comm_.all_to_all(send.raw(), recv.raw(), static_cast<size_t>(S_l * n * d_), local.dtype());
+  all_to_all(comm_, backend_, send, recv);
   return recv;
 }
 
 void UlyssesAttention::gather_heads(Tensor& local, const Tensor& gathered, int64_t n, bool kv) {
   const int64_t S_l = local.dim(0);
+  MemTagScope tag(backend_.pools(), MemTag::Communication);
   Tensor recv = backend_.empty(gathered.shape(), gathered.dtype());
-  comm_.all_to_all(gathered.raw(), recv.raw(), static_cast<size_t>(S_l * n * d_), gathered.dtype());
+  all_to_all(comm_, backend_, gathered, recv);
   const bool replicated = kv && Hkv_ < P_;
   if (replicated) backend_.zero(local);
   for (int64_t j = 0; j < P_; ++j) {

@@ -6,6 +6,7 @@
 #include "backend/planning_backend.h"
 #include "comm/communicator.h"
 #include "model/batch.h"
+#include "train/optimizer.h"
 
 namespace ulysses {
 
@@ -29,6 +30,8 @@ MemorySnapshot plan_step_memory(const PlanRequest& r) {
   {
     LlamaWeights weights(r.config);
     weights.allocate(*backend);
+    std::unique_ptr<AdamW> optimizer;
+    if (r.optimizer) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{});
     LlamaModel model(weights, *backend, *sp, r.options);
     TokenBatch batch;  // one sequence of the planned length; the values do not matter
     batch.B = 1;

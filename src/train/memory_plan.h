@@ -29,6 +29,7 @@ struct PlanRequest {
   StepOptions options;
   DType act_dtype = DType::F32;  // F32 plans the cpu backend, BF16 the cuda one
   Device device = Device::CPU;
+  bool optimizer = false;  // include AdamW state (fp32 master + two moments) as the trainer allocates it
 };
 
 // Local tokens per rank (the sequence padded to a multiple of sp, divided by sp).

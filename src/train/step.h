@@ -22,6 +22,9 @@ struct StepResult {
 // Adds the batch's gradients into `weights` (zero them first for a fresh step).
 // `batch` is the whole global batch (every rank sees the same one); each rank
 // uses only its rows and its slice of them.
+// Forward only over the batch (evaluation): the global mean loss.
+StepResult compute_loss(LlamaModel& model, Backend& backend, ProcessMesh& mesh, const TokenBatch& batch);
+
 StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Backend& backend, ProcessMesh& mesh,
                                   const TokenBatch& batch);
 

@@ -69,6 +69,9 @@ TEST_F(CudaBackendTest, Identity) {
   EXPECT_NE(gpu->native_stream(), nullptr);
   EXPECT_EQ(gpu->allocator().device(), Device::CUDA);
   EXPECT_EQ(gpu->offload_allocator().device(), Device::CPU);
+  const size_t free_b = gpu->device_memory_available();
+  EXPECT_GT(free_b, size_t{1} << 30) << "free device memory";
+  EXPECT_LT(free_b, size_t{1} << 40) << "free device memory";
 }
 
 TEST_F(CudaBackendTest, BadDeviceIndexIsAClearError) {
@@ -395,17 +398,18 @@ TEST_F(CudaBackendTest, OptimizerExtras) {
   const Tensor gr = bf16_rounded(g);
   double sqb = 0;
   for (int64_t i = 0; i < n; ++i) sqb += static_cast<double>(static_cast<const float*>(gr.raw())[i]) * static_cast<const float*>(gr.raw())[i];
-  EXPECT_NEAR(cb->sum_squares({&dg, &dgb}), sq + sqb, 1e-9 * (sq + sqb));
+  EXPECT_NEAR(cb->sum_squares_all({&dg, &dgb}), sq + sqb, 1e-9 * (sq + sqb));
+  EXPECT_NEAR(gpu->sum_squares(dgb), sqb, 1e-9 * sqb);
   cb->scale(dg, 0.5);
-  EXPECT_NEAR(cb->sum_squares({&dg}), sq * 0.25, 1e-9 * sq);
+  EXPECT_NEAR(gpu->sum_squares(dg), sq * 0.25, 1e-9 * sq);
   Tensor master = dev(p0, DType::F32), m = gpu->empty({n}, DType::F32), v = gpu->empty({n}, DType::F32);
   Tensor w = poisoned({n}, DType::BF16);
   gpu->zero(m);
   gpu->zero(v);
-  cuda::AdamWParams a;
+  AdamWParams a;
   a.lr = 0.1;
   a.step = 1;
-  cb->adamw_step(master, m, v, &w, dg, a);
+  gpu->adamw_step(master, m, v, w, dg, a);
   // Step 1 from zero state, no weight decay: the bias-corrected moments are g and g^2, so the
   // update is -lr * g / (|g| + eps), about -lr * sign(g). dg holds 0.5 g after the scale above.
   const Tensor hm = to_host(master), hw = to_host(w);

@@ -189,9 +189,16 @@ TEST_F(CudaMisc, SumAndSumOfSquares) {
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(got[i], want[i], 1e-9 * std::fabs(want[i])) << "reduction " << i;
 }
 
-// float64 host reference of the AdamW step described in backend/cuda/adamw.h.
+struct AdamWArgs {
+  double lr = 0.05;  // large steps, so that the update is well above fp32 rounding of the weights
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  int64_t step = 1;
+  double grad_scale = 1.0;
+};
+
+// float64 host reference of the AdamW step (backend/cuda/adamw.h).
 void adamw_reference(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v,
-                     const std::vector<float>& g, const cuda::AdamWParams& a) {
+                     const std::vector<float>& g, const AdamWArgs& a) {
   const double bc1 = 1 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bc2 = 1 - std::pow(a.beta2, static_cast<double>(a.step));
   for (size_t i = 0; i < p.size(); ++i) {
@@ -202,52 +209,56 @@ void adamw_reference(std::vector<double>& p, std::vector<double>& m, std::vector
   }
 }
 
-TEST_F(CudaMisc, AdamWMatchesReference) {
+// Three steps against the CPU twin (fp32) and a float64 reference, with each weight-copy form.
+TEST_F(CudaMisc, AdamWMatchesCpuTwin) {
   const int64_t n = 4099;
-  const auto p0 = random_vector_f(n, 10);
-  std::vector<double> p(p0.begin(), p0.end()), m(n, 0.0), v(n, 0.0);
+  std::vector<float> p = random_vector_f(n, 10), m(n, 0.0f), v(n, 0.0f);
   DeviceBuffer<float> d_p(n), d_m(n), d_v(n), d_g(n), d_wf(n);
   DeviceBuffer<bf16> d_wb(n);
-  upload(d_p, p0);
-  CUDA_CHECK(cudaMemset(d_m.get(), 0, n * 4));
-  CUDA_CHECK(cudaMemset(d_v.get(), 0, n * 4));
-  CUDA_CHECK(cudaDeviceSynchronize());
-  cuda::AdamWParams a;
-  a.lr = 0.05;  // large steps, so that the update is well above fp32 rounding of the weights
-  a.beta1 = 0.9;
-  a.beta2 = 0.95;
-  a.eps = 1e-8;
-  a.weight_decay = 0.1;
-  for (int step = 1; step <= 3; ++step) {
+  upload(d_p, p);
+  upload(d_m, m);
+  upload(d_v, v);
+  AdamWArgs a;
+  for (int step = 1; step <= 4; ++step) {
     SCOPED_TRACE(testing::Message() << "step " << step);
     a.step = step;
     a.grad_scale = step == 2 ? 0.5 : 1.0;
     const auto g = random_vector_f(n, 100 + step);
     upload(d_g, g);
-    const std::vector<double> p_before = p;
-    adamw_reference(p, m, v, g, a);
+    // CPU twin and float64 reference from the same starting state.
+    std::vector<float> cp = p, cm = m, cv = v, cw(n);
+    cpu::adamw_step(cp.data(), cm.data(), cv.data(), cw.data(), g.data(), n, a.lr, a.beta1, a.beta2, a.eps,
+                    a.weight_decay, a.step, a.grad_scale);
+    std::vector<double> rp(p.begin(), p.end()), rm(m.begin(), m.end()), rv(v.begin(), v.end());
+    adamw_reference(rp, rm, rv, g, a);
     d_wb.poison();
     d_wf.poison();
-    if (step == 1) cuda::adamw_step<bf16>(d_p.get(), d_m.get(), d_v.get(), d_wb.get(), d_g.get(), n, a, stream);
-    else if (step == 2) cuda::adamw_step<float>(d_p.get(), d_m.get(), d_v.get(), d_wf.get(), d_g.get(), n, a, stream);
-    else cuda::adamw_step<bf16>(d_p.get(), d_m.get(), d_v.get(), nullptr, d_g.get(), n, a, stream);
+    if (step == 1)
+      cuda::adamw_step<bf16>(d_p.get(), d_m.get(), d_v.get(), d_wb.get(), d_g.get(), n, a.lr, a.beta1, a.beta2, a.eps,
+                             a.weight_decay, a.step, a.grad_scale, stream);
+    else if (step == 2)
+      cuda::adamw_step<float>(d_p.get(), d_m.get(), d_v.get(), d_wf.get(), d_g.get(), n, a.lr, a.beta1, a.beta2,
+                              a.eps, a.weight_decay, a.step, a.grad_scale, stream);
+    else if (step == 3)  // weight aliasing master, as the CPU backend uses it
+      cuda::adamw_step<float>(d_p.get(), d_m.get(), d_v.get(), d_p.get(), d_g.get(), n, a.lr, a.beta1, a.beta2,
+                              a.eps, a.weight_decay, a.step, a.grad_scale, stream);
+    else
+      cuda::adamw_step<bf16>(d_p.get(), d_m.get(), d_v.get(), nullptr, d_g.get(), n, a.lr, a.beta1, a.beta2, a.eps,
+                             a.weight_decay, a.step, a.grad_scale, stream);
     sync();
     const auto gp = download(d_p), gm = download(d_m), gv = download(d_v);
-    std::vector<float> rp(p.begin(), p.end()), rm(m.begin(), m.end()), rv(v.begin(), v.end());
-    EXPECT_CLOSE(gp, rp, kF32Tol);
-    EXPECT_CLOSE(gm, rm, kF32Tol);
-    EXPECT_CLOSE(gv, rv, kF32Tol);
-    // The update itself (not just the weights) to 1e-4.
-    std::vector<float> delta(n), ref_delta(n);
+    EXPECT_CLOSE(gp, cp, kF32Tol);
+    EXPECT_CLOSE(gm, cm, kF32Tol);
+    EXPECT_CLOSE(gv, cv, kF32Tol);
+    // The update itself (not just the weights), against the twin and against float64.
+    std::vector<float> delta(n), twin_delta(n), ref_delta(n);
     for (int64_t i = 0; i < n; ++i) {
-      delta[i] = static_cast<float>(gp[i] - p_before[i]);
-      ref_delta[i] = static_cast<float>(p[i] - p_before[i]);
+      delta[i] = gp[i] - p[i];
+      twin_delta[i] = cp[i] - p[i];
+      ref_delta[i] = static_cast<float>(rp[i] - p[i]);
     }
+    EXPECT_CLOSE(delta, twin_delta, 1e-4);
     EXPECT_CLOSE(delta, ref_delta, 1e-4);
-    // Continue from the GPU's state so that differences do not compound over the steps.
-    p.assign(gp.begin(), gp.end());
-    m.assign(gm.begin(), gm.end());
-    v.assign(gv.begin(), gv.end());
     if (step == 1) {
       const auto wb = download(d_wb);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(wb[i], bf16_to_float(float_to_bf16(gp[i]))) << i;
@@ -255,6 +266,10 @@ TEST_F(CudaMisc, AdamWMatchesReference) {
       const auto wf = download(d_wf);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(wf[i], gp[i]) << i;
     }
+    // Continue from the GPU's state so that differences do not compound over the steps.
+    p = gp;
+    m = gm;
+    v = gv;
   }
 }
 

@@ -346,6 +346,30 @@ class CpuBackend final : public Backend {
     });
   }
 
+  double sum_squares(const Tensor& x) override {
+    const DType dt = data_dtype("sum_squares", {{"x", &x}});
+    double s = 0;
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      s = cpu::sum_squares(ptr<T>(x), x.numel());
+    });
+    return s;
+  }
+
+  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                  const AdamWParams& p) override {
+    const char* op = "adamw_step";
+    const DType dt = data_dtype(op, {{"master", &master}, {"m", &m}, {"v", &v}, {"weight", &weight}, {"grad", &grad}});
+    const int64_t n = master.numel();
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&m, &v, &weight, &grad})
+      ULY_CHECK(t->numel() == n, op << ": " << t->describe() << " does not match master " << master.describe());
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      cpu::adamw_step(ptr<T>(master), ptr<T>(m), ptr<T>(v), ptr<T>(weight), ptr<T>(grad), n, p.lr, p.beta1, p.beta2,
+                      p.eps, p.weight_decay, p.step, p.grad_scale);
+    });
+  }
+
   // Fixed chunks summed in a fixed order, so the result does not depend on the thread count.
   double sum(const Tensor& x) override {
     check_host("sum", "x", x);

@@ -83,6 +83,18 @@ void add(T* y, const T* a, const T* b, int64_t n);
 template <class T>
 void axpy(T* y, const T* x, double alpha, int64_t n);
 
+// ---- optimizer ----------------------------------------------------------------
+// AdamW (torch.optim.AdamW) on master weights; g = grad * grad_scale:
+//   master *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+//   master -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); weight = master.
+// master, m, v, grad, weight: [n] (weight may alias master).
+template <class T>
+void adamw_step(T* master, T* m, T* v, T* weight, const T* grad, int64_t n, double lr, double beta1, double beta2,
+                double eps, double weight_decay, int64_t step, double grad_scale);
+// Sum of squares in double.
+template <class T>
+double sum_squares(const T* x, int64_t n);
+
 // dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i], i < n_heads.
 template <class T>
 void copy_heads(T* dst, int64_t Hd, int64_t dst_head0, const T* src, int64_t Hs, int64_t src_head0, int64_t n_heads,

@@ -3,7 +3,9 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstring>
+#include <utility>
 
+#include "backend/cuda/adamw.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/elementwise.h"
@@ -79,6 +81,13 @@ Allocator& CudaBackend::allocator() { return device_allocator(device_index_); }
 Allocator& CudaBackend::offload_allocator() { return pinned_host_allocator(); }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+size_t CudaBackend::device_memory_available() {
+  CUDA_CHECK(cudaSetDevice(device_index_));
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
 
 void CudaBackend::zero(Tensor& t) {
   ULY_CHECK(t.defined(), "zero: undefined tensor");
@@ -174,7 +183,7 @@ double CudaBackend::sum(const Tensor& x) {
   return read_back_scalar();
 }
 
-double CudaBackend::sum_squares(const std::vector<const Tensor*>& xs) {
+double CudaBackend::sum_squares_all(const std::vector<const Tensor*>& xs) {
   CUDA_CHECK(cudaMemsetAsync(scalar_.raw(), 0, sizeof(double), stream_));
   double* acc = ptr<double>(scalar_);
   for (const Tensor* t : xs) {
@@ -186,32 +195,40 @@ double CudaBackend::sum_squares(const std::vector<const Tensor*>& xs) {
   return read_back_scalar();
 }
 
+double CudaBackend::sum_squares(const Tensor& x) {
+  ULY_CHECK(x.defined(), "sum_squares: undefined tensor");
+  if (x.device() == Device::CPU) {
+    ULY_CHECK(is_float(x.dtype()), "sum_squares: " << x.describe() << " is not a float tensor");
+    std::vector<double> v(static_cast<size_t>(x.numel()));
+    convert_to_f64(v.data(), x.raw(), x.dtype(), v.size());
+    double s = 0;
+    for (double e : v) s += e * e;
+    return s;
+  }
+  return sum_squares_all({&x});
+}
+
 void CudaBackend::scale(Tensor& x, double alpha) {
   need_act(x, "scale", "x");
   dispatch_act(x.dtype(), "scale", [&]<class T>() { cuda::scale(ptr<T>(x), alpha, x.numel(), stream_); });
 }
 
-void CudaBackend::adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor* weight, const Tensor& grad,
+void CudaBackend::adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
                              const AdamWParams& p) {
   const char* op = "adamw_step";
   need_device(master, op, "master");
   need_dtype(master, DType::F32, op, "master");
-  need_like(m, master, op, "m", "master");
-  need_like(v, master, op, "v", "master");
-  need_device(grad, op, "grad");
-  need_dtype(grad, DType::F32, op, "grad");
-  ULY_CHECK(grad.numel() == master.numel(), op << ": grad is " << grad.describe() << ", master " << master.describe());
-  const int64_t n = master.numel();
-  if (weight == nullptr) {
-    cuda::adamw_step<__nv_bfloat16>(ptr<float>(master), ptr<float>(m), ptr<float>(v), nullptr, ptr<const float>(grad),
-                                    n, p, stream_);
-    return;
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&m, "m"}, {&v, "v"}, {&grad, "grad"}}) {
+    need_device(*t, op, name);
+    need_dtype(*t, DType::F32, op, name);
   }
-  need_act(*weight, op, "weight");
-  ULY_CHECK(weight->numel() == n, op << ": weight is " << weight->describe() << ", master " << master.describe());
-  dispatch_act(weight->dtype(), op, [&]<class W>() {
-    cuda::adamw_step<W>(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<W>(*weight), ptr<const float>(grad), n,
-                        p, stream_);
+  need_act(weight, op, "weight");
+  const int64_t n = master.numel();
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&m, &v, &weight, &grad})
+    ULY_CHECK(t->numel() == n, op << ": " << t->describe() << " does not match master " << master.describe());
+  dispatch_act(weight.dtype(), op, [&]<class W>() {
+    cuda::adamw_step<W>(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<W>(weight), ptr<const float>(grad), n,
+                        p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.step, p.grad_scale, stream_);
   });
 }
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/adamw.h"
 #include "backend/cuda/gemm.h"
 
 namespace ulysses::cuda {
@@ -29,6 +28,8 @@ class CudaBackend : public Backend {
   Allocator& allocator() override;
   Allocator& offload_allocator() override;
   void* native_stream() override { return stream_; }
+  // Free device memory now (cudaMemGetInfo).
+  size_t device_memory_available() override;
 
   void zero(Tensor& t) override;
   // Stream-ordered; returns when a host destination holds the data and a host source may be reused.
@@ -58,15 +59,18 @@ class CudaBackend : public Backend {
   double sum(const Tensor& x) override;
   void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
                   bool accumulate) override;
+  // x: float32/bfloat16 (device, or host); float64 accumulation.
+  double sum_squares(const Tensor& x) override;
+  // master, m, v, grad: float32 device tensors of one numel; weight: float32 or bfloat16 (may be master).
+  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                  const AdamWParams& p) override;
 
   // ---- CUDA-only extras ----
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_index_; }
   CublasLtGemm& gemm() { return *gemm_; }
-  // master, m, v, grad: fp32 device tensors of one numel; weight: bf16/fp32 device tensor or nullptr.
-  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor* weight, const Tensor& grad, const AdamWParams& p);
-  // Sum over all tensors of the sum of squares of their elements (float32/bfloat16), one read-back.
-  double sum_squares(const std::vector<const Tensor*>& xs);
+  // Sum over all tensors of the sum of squares of their elements (float32/bfloat16 device), one read-back.
+  double sum_squares_all(const std::vector<const Tensor*>& xs);
   // x *= alpha in place (float32/bfloat16 device tensor).
   void scale(Tensor& x, double alpha);
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks and measures, in one call:
+#   bench/device/run.sh [BUILD_DIR] [quick]
+# BUILD_DIR holds binaries built on the development machine (carried over);
+# results and logs go under $OUT. Prints a summary last.
+set -u
+B=${1:-build-gpu}
+MODE=${2:-full}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+[ -d .carry/lib ] && export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+
+# 1. every CUDA op against its CPU twin
+if bash bench/device/run_cuda_tests.sh "$B" > "$OUT/cuda_tests.log" 2>&1; then note "cuda op tests: PASS"
+else note "cuda op tests: FAIL (see cuda_tests.log)"; fi
+tail -25 "$OUT/cuda_tests.log"
+
+# 2. loss-grad on the fixtures with the CUDA backend vs the float64 reference (bf16 tolerances)
+if python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --extra-args "--backend cuda" \
+     --loss-tol 1e-2 --grad-tol 5e-2 > "$OUT/fixtures_cuda.log" 2>&1; then note "fixtures, cuda, 1 rank: PASS"
+else note "fixtures, cuda, 1 rank: FAIL"; fi
+cat "$OUT/fixtures_cuda.log" | tail -9
+
+# 3. several ranks sharing the one GPU (MPI with host staging)
+for np in 2 4; do
+  if python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --extra-args "--backend cuda" \
+       --launcher "mpirun --allow-run-as-root --oversubscribe -np $np -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE" \
+       --loss-tol 1e-2 --grad-tol 5e-2 > "$OUT/fixtures_cuda_np$np.log" 2>&1; then note "fixtures, cuda, mpirun -np $np: PASS"
+  else note "fixtures, cuda, mpirun -np $np: FAIL"; fi
+  tail -9 "$OUT/fixtures_cuda_np$np.log"
+done
+
+[ "$MODE" = quick ] && { printf '%s\n' "${summary[@]}"; exit 0; }
+
+# 4. attention kernels alone
+"$B/attention_bench" > "$OUT/attention_bench.log" 2>&1 && note "attention bench: done" || note "attention bench: FAIL"
+tail -8 "$OUT/attention_bench.log"
+
+# 5. the engine next to Hugging Face transformers, same shape and length, same run
+"$B/ulysses" bench --backend cuda --shape llama-3.1-8b --seq 32768 --no-optimizer --checkpoint --tiled-loss \
+   --tiled-mlp --steps 2 --json "$OUT/ulysses_8b_32k.json" > "$OUT/ulysses_8b_32k.log" 2>&1 \
+   && note "ulysses bench 8B 32K: done" || note "ulysses bench 8B 32K: FAIL"
+tail -8 "$OUT/ulysses_8b_32k.log"
+python3 bench/peers/hf_llama_step.py --shape llama-3.1-8b --seq 32768 --steps 2 --json "$OUT/hf_8b_32k.json" \
+   > "$OUT/hf_8b_32k.log" 2>&1 && note "hf peer 8B 32K: done" || note "hf peer 8B 32K: FAIL"
+tail -4 "$OUT/hf_8b_32k.log"
+"$B/ulysses" bench --backend cuda --shape llama-3.2-1b --seq 16384 --checkpoint --tiled-loss --tiled-mlp --steps 2 \
+   --json "$OUT/ulysses_1b_16k_adamw.json" > "$OUT/ulysses_1b_16k_adamw.log" 2>&1 \
+   && note "ulysses bench 1B 16K with AdamW: done" || note "ulysses bench 1B 16K with AdamW: FAIL"
+tail -8 "$OUT/ulysses_1b_16k_adamw.log"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""The peer for `ulysses bench`: Hugging Face transformers, one training step
+(forward + backward) of a Llama shape on random weights and tokens, bf16, sdpa
+attention, with gradient checkpointing, on one GPU.
+
+    python3 bench/peers/hf_llama_step.py --shape llama-3.1-8b --seq 32768 --json out.json
+
+Prints and writes step time, tokens/s and peak GPU memory; an out-of-memory is
+reported as a result ("oom": true), not a crash.
+"""
+import argparse
+import json
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+SHAPES = {
+    "llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
+                         rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=False,
+                         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=8192)),
+    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
+                         rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
+                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=8192)),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
+    ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--seq", type=int, default=32768)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--no-checkpointing", action="store_true")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    kw = dict(SHAPES[a.shape])
+    if a.layers:
+        kw["num_hidden_layers"] = a.layers
+    cfg = LlamaConfig(**kw)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg)
+    torch.set_default_dtype(torch.float32)
+    model.train()
+    if not a.no_checkpointing:
+        model.gradient_checkpointing_enable()
+    ids = torch.randint(0, cfg.vocab_size, (1, a.seq), device="cuda")
+    times, oom = [], False
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        for i in range(a.warmup + a.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model(input_ids=ids, labels=ids)
+            out.loss.backward()
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            print(f"hf step {i + 1}{' (warm-up)' if i < a.warmup else ''}: {dt:.3f} s, loss {out.loss.item():.4f}",
+                  flush=True)
+            if i >= a.warmup:
+                times.append(dt)
+    except torch.OutOfMemoryError:
+        oom = True
+    res = {"peer": "transformers", "shape": a.shape, "layers": cfg.num_hidden_layers, "seq_len": a.seq,
+           "checkpointing": not a.no_checkpointing, "oom": oom,
+           "peak_device_bytes": torch.cuda.max_memory_allocated()}
+    if times:
+        t = sorted(times)[len(times) // 2]
+        res.update(step_time_s=t, tokens_per_s=a.seq / t)
+    print("HF_JSON " + json.dumps(res), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+// ulysses bench --shape NAME | --model DIR --seq S [--layers N] [--no-optimizer] [options]
+// Times full training steps (forward, backward and, unless --no-optimizer, the
+// AdamW update) on random weights and tokens, and reports step time, tokens/s,
+// ALST-formula TFLOPS per GPU, MFU and peak memory (DESIGN.md §5), as a table
+// and as JSON.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/log.h"
+#include "io/model_folder.h"
+#include "train/flops.h"
+#include "train/memory_plan.h"
+#include "train/optimizer.h"
+#include "train/step.h"
+
+namespace ulysses {
+
+int run_bench(int argc, char** argv, Communicator& world) {
+  std::vector<OptionSpec> specs = {
+      {"model", true, false, "Hugging Face model folder (its config; weights are random)"},
+      {"shape", true, false, "a named shape: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny"},
+      {"layers", true, false, "use only this many layers (a shorter model of the same width)"},
+      {"seq", true, false, "sequence length in tokens (default 32768)"},
+      {"batch", true, false, "sequences per step (default 1)"},
+      {"steps", true, false, "timed steps (default 3), after --warmup steps (default 1)"},
+      {"warmup", true, false, "untimed steps first (default 1)"},
+      {"no-optimizer", false, false, "forward + backward only (no AdamW state, no update)"},
+      {"json", true, false, "also write the result as JSON to this file"},
+      {"help", false, false, "show this help"},
+  };
+  for (auto& s : engine_option_specs())
+    if (s.name != "memory-report") specs.push_back(s);
+  Args args("bench", specs, argc, argv, 2);
+  if (args.has("help")) {
+    std::cout << Args::usage("bench", specs);
+    return 0;
+  }
+  ModelConfig config;
+  if (args.has("model")) {
+    config = load_hf_config(args.require("model") + "/config.json");
+  } else {
+    const std::string shape = args.require("shape");
+    ULY_CHECK(named_model_config(shape, &config), "bench: unknown --shape '" << shape << "'");
+  }
+  if (args.has("layers")) config.num_hidden_layers = args.get_int("layers", config.num_hidden_layers);
+  const int64_t S = args.get_int("seq", 32768), B = args.get_int("batch", 1);
+  const int64_t steps = args.get_int("steps", 3), warmup = args.get_int("warmup", 1);
+  ULY_CHECK(S > 0 && B > 0 && steps > 0 && warmup >= 0, "bench: --seq, --batch, --steps must be positive");
+  const bool optimize = !args.has("no-optimizer");
+
+  ProcessMesh mesh(world, sp_degree_from(args));
+  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), S);
+  std::unique_ptr<Backend> backend = backend_from(args, world.rank());
+  const StepOptions options = step_options_from(args);
+  {
+    PlanRequest req;
+    req.config = config;
+    req.seq_len = S;
+    req.sp = mesh.sp_size();
+    req.options = options;
+    req.act_dtype = backend->act_dtype();
+    req.device = backend->device();
+    req.optimizer = optimize;
+    const MemorySnapshot plan = plan_step_memory(req);
+    if (args.has("dry-run")) {
+      std::cout << memory_report(plan, local_tokens(req), config.hidden_size);
+      return 0;
+    }
+    size_t available = backend->device_memory_available();
+    if (args.has("memory-limit"))
+      available = static_cast<size_t>(std::stod(args.get("memory-limit")) * double(size_t(1) << 30));
+    check_plan_fits(req, plan, available, host_memory_available());
+  }
+
+  LlamaWeights weights(config);
+  weights.init_random(*backend, 1234);
+  std::unique_ptr<AdamW> optimizer;
+  if (optimize) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{});
+  LlamaModel model(weights, *backend, mesh.sp(), options);
+
+  TokenBatch batch;
+  batch.B = B;
+  batch.S = S;
+  for (int64_t i = 0; i < B * S; ++i) {
+    batch.ids.push_back(static_cast<int32_t>((i * 2654435761ull) % static_cast<uint64_t>(config.vocab_size)));
+    batch.positions.push_back(static_cast<int32_t>(i % S));
+  }
+  batch.targets = shift_labels(batch.ids, batch.positions, B, S);
+
+  ULY_INFO("bench: " << config.num_hidden_layers << " layers, hidden " << config.hidden_size << ", " << B << " x " << S
+                     << " tokens, " << mesh.describe() << ", backend " << backend->name()
+                     << (optimize ? ", with AdamW" : ", forward + backward only"));
+  std::vector<double> times;
+  backend->pools().reset_peaks();
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    backend->synchronize();
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    weights.zero_grads(*backend);
+    compute_loss_and_grads(model, weights, *backend, mesh, batch);
+    if (optimizer) optimizer->step();
+    backend->synchronize();
+    world.barrier();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(dt);
+    ULY_INFO("step " << i + 1 << (i < warmup ? " (warm-up)" : "") << ": " << dt << " s");
+  }
+  std::sort(times.begin(), times.end());
+  const double t = times[times.size() / 2];
+  const StepFlops f = step_flops(config, std::vector<int64_t>(B, S), options.checkpoint);
+  const double gpus = world.size();
+  const MemorySnapshot mem = MemorySnapshot::of(backend->pools());
+  nlohmann::json j = {
+      {"model_layers", config.num_hidden_layers}, {"hidden", config.hidden_size}, {"seq_len", S}, {"batch", B},
+      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()}, {"optimizer", optimize},
+      {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
+      {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
+      {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
+      {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},
+      {"peak_host_pool_bytes", mem.host.peak},
+      {"working_coefficient", working_coefficient(mem, (S + mesh.sp_size() - 1) / mesh.sp_size(), config.hidden_size)}};
+  if (world.rank() == 0) {
+    std::printf("%-28s %s\n", "step time (median)", (std::to_string(t) + " s").c_str());
+    std::printf("%-28s %.1f\n", "tokens/s", B * S / t);
+    std::printf("%-28s %.1f\n", "ALST TFLOPS per GPU", f.alst / t / gpus / 1e12);
+    std::printf("%-28s %.2f%%\n", "MFU", 100.0 * f.useful / t / gpus / kH100PeakBf16Flops);
+    std::printf("%-28s %s\n", "peak device memory (pools)", format_bytes(mem.device.peak).c_str());
+    std::printf("%-28s %s\n", "peak host memory (pools)", format_bytes(mem.host.peak).c_str());
+    std::cout << "BENCH_JSON " << j.dump() << std::endl;
+    if (args.has("json")) std::ofstream(args.get("json")) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace ulysses

@@ -1,0 +1,124 @@
+// ulysses prepare --input FILE|DIR[,...] --out DIR [--tokenizer tokenizer.json|byte] ...
+// Tokenizes a text corpus into token shards for training (docs/data.md).
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/prepare.h"
+
+namespace ulysses {
+
+namespace {
+
+// Inputs may be repeated (--input a --input b), comma-separated, or positional.
+// Args keeps one value per option, so the repeats are collected from argv here.
+std::vector<std::string> collect_inputs(int argc, char** argv, int first, const Args& args) {
+  std::vector<std::string> raw;
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--input" && i + 1 < argc) raw.push_back(argv[++i]);
+    else if (a.rfind("--input=", 0) == 0) raw.push_back(a.substr(8));
+  }
+  for (const std::string& p : args.positional()) raw.push_back(p);
+  std::vector<std::string> out;
+  for (const std::string& r : raw) {
+    size_t p = 0;
+    while (p <= r.size()) {
+      size_t q = r.find(',', p);
+      if (q == std::string::npos) q = r.size();
+      if (q > p) out.push_back(r.substr(p, q - p));
+      p = q + 1;
+    }
+  }
+  return out;
+}
+
+// 100M, 2G, 500K or a plain integer.
+int64_t parse_count(const std::string& option, const std::string& text) {
+  double scale = 1;
+  std::string digits = text;
+  if (!digits.empty()) {
+    const char c = digits.back();
+    if (c == 'K' || c == 'k') scale = 1e3;
+    if (c == 'M' || c == 'm') scale = 1e6;
+    if (c == 'G' || c == 'g') scale = 1e9;
+    if (scale != 1) digits.pop_back();
+  }
+  try {
+    size_t used = 0;
+    const double v = std::stod(digits, &used);
+    if (used == digits.size() && v > 0 && std::isfinite(v)) return static_cast<int64_t>(std::llround(v * scale));
+  } catch (...) {
+  }
+  ULY_FAIL("prepare: --" << option << " expects a positive count such as 100M, got '" << text << "'");
+}
+
+bool parse_switch(const std::string& option, const std::string& v) {
+  if (v.empty() || v == "on" || v == "true" || v == "1" || v == "yes") return true;
+  if (v == "off" || v == "false" || v == "0" || v == "no") return false;
+  ULY_FAIL("prepare: --" << option << " takes on/off, got '" << v << "'");
+}
+
+}  // namespace
+
+int run_prepare(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"input", true, false, "text file, folder (recursive) or .jsonl; repeatable or comma-separated"},
+      {"out", true, false, "output folder: train-NNNNN.tokens, val-NNNNN.tokens, manifest.json"},
+      {"tokenizer", true, false, "tokenizer.json (or its folder), or 'byte' (default)"},
+      {"eos", true, true, "append EOS to every document: on (default) or off"},
+      {"no-eos", false, false, "same as --eos=off"},
+      {"eos-token", true, false, "the token to append as EOS (default: the tokenizer's EOS)"},
+      {"add-special-tokens", false, false, "apply the tokenizer's post-processor to each document (Llama 3: BOS)"},
+      {"text-key", true, false, "JSON Lines field holding the document (default text)"},
+      {"shard-tokens", true, false, "tokens per shard before a new one starts (default 100M)"},
+      {"val-fraction", true, false, "fraction of documents held out as the val split (default 0)"},
+      {"seed", true, false, "seed of the train/val choice (default 0)"},
+      {"threads", true, false, "tokenizer threads (default: all cores)"},
+      {"force", false, false, "replace earlier prepared data in --out"},
+      {"quiet", false, false, "no progress on stderr"},
+      {"help", false, false, "show this help"},
+  };
+  Args args("prepare", specs, argc, argv, 2);
+  if (args.has("help")) {
+    std::cout << Args::usage("prepare", specs)
+              << "\nInputs: a file is one document, except .jsonl/.ndjson files: one {\"text\": ...} "
+                 "document a line.\nFolders are read recursively in sorted order; hidden files are skipped.\n";
+    return 0;
+  }
+  PrepareOptions o;
+  o.inputs = collect_inputs(argc, argv, 2, args);
+  o.out_dir = args.require("out");
+  o.tokenizer = args.get("tokenizer", "byte");
+  o.append_eos = !args.has("no-eos") && (!args.has("eos") || parse_switch("eos", args.get("eos")));
+  o.eos_token = args.get("eos-token");
+  o.add_special_tokens = args.has("add-special-tokens");
+  o.text_key = args.get("text-key", "text");
+  if (args.has("shard-tokens")) o.shard_tokens = parse_count("shard-tokens", args.get("shard-tokens"));
+  if (args.has("val-fraction")) {
+    const std::string v = args.get("val-fraction");
+    char* end = nullptr;
+    o.val_fraction = std::strtod(v.c_str(), &end);
+    ULY_CHECK(!v.empty() && end && *end == '\0', "prepare: --val-fraction expects a number in [0, 1), got '" << v << "'");
+  }
+  const int64_t seed = args.get_int("seed", 0);
+  ULY_CHECK(seed >= 0, "prepare: --seed must be non-negative, got " << seed);
+  o.seed = static_cast<uint64_t>(seed);
+  o.threads = static_cast<int>(args.get_int("threads", 0));
+  o.force = args.has("force");
+  if (args.has("quiet")) o.progress_interval_s = 0;
+
+  const PrepareResult r = prepare_corpus(o);
+  std::cout << "prepared " << r.train.documents << " train documents (" << r.train.tokens << " tokens, "
+            << r.train.files.size() << " shard" << (r.train.files.size() == 1 ? "" : "s") << ") and "
+            << r.val.documents << " val documents (" << r.val.tokens << " tokens) in " << o.out_dir << "\n";
+  if (o.val_fraction > 0 && r.val.documents == 0)
+    std::cerr << "prepare: warning: --val-fraction " << o.val_fraction << " selected no document (only "
+              << r.train.documents << " documents); no val shard written\n";
+  return 0;
+}
+
+}  // namespace ulysses

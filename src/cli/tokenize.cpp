@@ -1,0 +1,65 @@
+// ulysses tokenize --tokenizer tokenizer.json|byte [--add-special-tokens]
+//   text on stdin -> token ids as one JSON array on stdout.
+// ulysses tokenize --tokenizer ... --decode [--skip-special-tokens]
+//   a JSON array of ids on stdin -> the text on stdout.
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/tokenizer.h"
+
+namespace ulysses {
+
+int run_tokenize(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"tokenizer", true, false, "tokenizer.json (or its folder), or 'byte' (default)"},
+      {"add-special-tokens", false, false, "apply the post-processor (Llama 3: a leading <|begin_of_text|>)"},
+      {"decode", false, false, "read a JSON array of ids and write the text"},
+      {"skip-special-tokens", false, false, "with --decode: leave special tokens out"},
+      {"help", false, false, "show this help"},
+  };
+  Args args("tokenize", specs, argc, argv, 2);
+  if (args.has("help")) {
+    std::cout << Args::usage("tokenize", specs) << "\nReads stdin, writes stdout.\n";
+    return 0;
+  }
+  ULY_CHECK(args.positional().empty(), "tokenize: unexpected argument '" << args.positional()[0]
+                                                                          << "' (the text comes on stdin)");
+  const auto tok = open_tokenizer(args.get("tokenizer", "byte"));
+  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+
+  if (args.has("decode")) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(input);
+    } catch (const nlohmann::json::parse_error& e) {
+      ULY_FAIL("tokenize --decode: stdin is not a JSON array of ids (" << e.what() << ")");
+    }
+    ULY_CHECK(j.is_array(), "tokenize --decode: stdin must be a JSON array of ids");
+    std::vector<int32_t> ids;
+    for (const auto& v : j) {
+      ULY_CHECK(v.is_number_integer(), "tokenize --decode: " << v.dump() << " is not an integer id");
+      ids.push_back(v.get<int32_t>());
+    }
+    std::cout << tok->decode(ids, args.has("skip-special-tokens"));
+    std::cout.flush();
+    return 0;
+  }
+
+  const std::vector<int32_t> ids = tok->encode(input, args.has("add-special-tokens"));
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(ids[i]);
+  }
+  out += "]\n";
+  std::cout << out;
+  std::cout.flush();
+  return 0;
+}
+
+}  // namespace ulysses

@@ -1,0 +1,244 @@
+#include "data/prepare.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/corpus.h"
+#include "data/permutation.h"
+#include "io/token_shard.h"
+#include "io/tokenizer.h"
+
+namespace ulysses {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kBatchBytes = 16u << 20;  // text tokenized in parallel at a time
+constexpr size_t kBatchDocs = 8192;
+
+// One split's shards: a new shard starts when the next document would cross the limit.
+class SplitWriter {
+ public:
+  SplitWriter(std::string prefix, const PrepareOptions& o, const Tokenizer& tok)
+      : prefix_(std::move(prefix)), o_(o), tok_(tok) {}
+
+  void add(const std::vector<int32_t>& ids) {
+    const auto n = static_cast<int64_t>(ids.size());
+    if (!writer_ || (writer_->num_tokens() > 0 && writer_->num_tokens() + n > o_.shard_tokens)) {
+      finish();
+      char name[64];
+      std::snprintf(name, sizeof name, "%s-%05zu.tokens", prefix_.c_str(), split_.files.size());
+      split_.files.push_back(name);
+      writer_ = std::make_unique<TokenShardWriter>((fs::path(o_.out_dir) / name).string(), tok_.vocab_size(),
+                                                   tok_.name());
+    }
+    writer_->add_document(ids);
+    split_.documents += 1;
+    split_.tokens += n;
+  }
+
+  void finish() {
+    if (writer_) writer_->finish();
+    writer_.reset();
+  }
+
+  const PreparedSplit& split() const { return split_; }
+
+ private:
+  std::string prefix_;
+  const PrepareOptions& o_;
+  const Tokenizer& tok_;
+  std::unique_ptr<TokenShardWriter> writer_;
+  PreparedSplit split_;
+};
+
+class Progress {
+ public:
+  Progress(double interval, uint64_t total_bytes) : total_(total_bytes), start_(Clock::now()), last_(start_) {
+    tty_ = isatty(STDERR_FILENO) != 0;
+    interval_ = interval >= 0 ? interval : (tty_ ? 0.25 : 5.0);
+  }
+
+  void update(uint64_t bytes, int64_t tokens, int64_t docs, bool final) {
+    if (interval_ == 0) return;
+    const auto now = Clock::now();
+    if (!final && std::chrono::duration<double>(now - last_).count() < interval_) return;
+    last_ = now;
+    const double s = std::max(1e-9, std::chrono::duration<double>(now - start_).count());
+    std::fprintf(stderr, "%sprepare: %.1f/%.1f MB (%.0f%%), %.1f MB/s, %lld tokens (%.2fM tok/s), %lld documents%s",
+                 tty_ ? "\r" : "", bytes / 1e6, total_ / 1e6, total_ ? 100.0 * bytes / total_ : 100.0,
+                 bytes / 1e6 / s, static_cast<long long>(tokens), tokens / 1e6 / s, static_cast<long long>(docs),
+                 tty_ && !final ? "   " : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  uint64_t total_;
+  Clock::time_point start_, last_;
+  bool tty_;
+  double interval_;
+};
+
+// Makes out_dir ready: refuses to mix with an earlier run's files unless forced.
+void prepare_out_dir(const PrepareOptions& o) {
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  ULY_CHECK(fs::is_directory(o.out_dir, ec), o.out_dir << ": cannot create the output folder (" << ec.message() << ")");
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(o.out_dir))
+    if (e.path().filename() == "manifest.json" || e.path().extension() == ".tokens") old.push_back(e.path());
+  if (old.empty()) return;
+  std::sort(old.begin(), old.end());
+  ULY_CHECK(o.force, o.out_dir << ": already holds prepared data (" << old.front().filename().string()
+                               << "); choose another --out or pass --force to replace it");
+  for (const fs::path& p : old) fs::remove(p);
+}
+
+void write_manifest(const PrepareOptions& o, const Tokenizer& tok, const std::optional<int32_t>& eos,
+                    const std::vector<CorpusFile>& files, const PrepareResult& r) {
+  using nlohmann::json;
+  auto split_json = [&](const PreparedSplit& s) {
+    json list = json::array();
+    for (const std::string& f : s.files) {
+      const TokenShard shard = TokenShard::open((fs::path(o.out_dir) / f).string(), false);
+      list.push_back({{"file", f}, {"tokens", shard.num_tokens()}, {"documents", shard.num_documents()}});
+    }
+    return list;
+  };
+  auto opt = [](const std::optional<int32_t>& v) { return v ? json(*v) : json(nullptr); };
+  json inputs = json::array();
+  for (const CorpusFile& f : files) inputs.push_back(f.path);
+  const json m = {
+      {"format", "ulysses-token-shards"},
+      {"version", 1},
+      {"tokenizer",
+       {{"spec", o.tokenizer}, {"name", tok.name()}, {"vocab_size", tok.vocab_size()}, {"bos_id", opt(tok.bos_id())},
+        {"eos_id", opt(tok.eos_id())}}},
+      {"eos_appended", o.append_eos ? opt(eos) : json(nullptr)},
+      {"add_special_tokens", o.add_special_tokens},
+      {"seed", o.seed},
+      {"val_fraction", o.val_fraction},
+      {"shard_tokens", o.shard_tokens},
+      {"inputs", inputs},
+      {"bytes", r.bytes},
+      {"documents", {{"train", r.train.documents}, {"val", r.val.documents}, {"skipped_empty", r.skipped_empty}}},
+      {"tokens", {{"train", r.train.tokens}, {"val", r.val.tokens}}},
+      {"train", split_json(r.train)},
+      {"val", split_json(r.val)},
+  };
+  const fs::path path = fs::path(o.out_dir) / "manifest.json", tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << m.dump(2) << "\n";
+    ULY_CHECK(f.good(), tmp.string() << ": write failed");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+PrepareResult prepare_corpus(const PrepareOptions& o) {
+  ULY_CHECK(!o.inputs.empty(), "prepare: no inputs; give --input FILE|DIR (repeatable or comma-separated)");
+  ULY_CHECK(!o.out_dir.empty(), "prepare: missing --out DIR");
+  ULY_CHECK(o.val_fraction >= 0.0 && o.val_fraction < 1.0,
+            "prepare: --val-fraction must be in [0, 1), got " << o.val_fraction);
+  ULY_CHECK(o.shard_tokens > 0, "prepare: --shard-tokens must be positive, got " << o.shard_tokens);
+
+  const std::unique_ptr<Tokenizer> tok = open_tokenizer(o.tokenizer);
+  std::optional<int32_t> eos;
+  if (o.append_eos) {
+    eos = o.eos_token.empty() ? tok->eos_id() : tok->token_id(o.eos_token);
+    ULY_CHECK(eos.has_value(), "prepare: tokenizer '" << o.tokenizer << "' has "
+                                   << (o.eos_token.empty() ? "no EOS token" : "no token '" + o.eos_token + "'")
+                                   << "; name one with --eos-token or pass --no-eos");
+  }
+  const std::vector<CorpusFile> files = list_corpus_files(o.inputs);
+  uint64_t total_bytes = 0;
+  for (const CorpusFile& f : files) total_bytes += f.bytes;
+  ULY_CHECK(!files.empty(), "prepare: the inputs hold no files");
+  prepare_out_dir(o);
+
+  CorpusReader reader(files, o.text_key);
+  SplitWriter train("train", o, *tok), val("val", o, *tok);
+  // On failure, leave no shard of this run behind (a later run would refuse the folder).
+  struct Cleanup {
+    const PrepareOptions& o;
+    SplitWriter &train, &val;
+    bool armed = true;
+    ~Cleanup() {
+      if (!armed) return;
+      std::error_code ec;
+      for (const SplitWriter* s : {&train, &val})
+        for (const std::string& f : s->split().files) fs::remove(fs::path(o.out_dir) / f, ec);
+    }
+  } cleanup{o, train, val};
+  Progress progress(o.progress_interval_s, total_bytes);
+  PrepareResult r;
+  int64_t doc_number = 0;
+  std::vector<std::string> texts, where;
+  std::vector<std::vector<int32_t>> ids;
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  for (;;) {
+    texts.clear();
+    where.clear();
+    size_t batch_bytes = 0;
+    std::string text, w;
+    while (batch_bytes < kBatchBytes && texts.size() < kBatchDocs && reader.next(text, w)) {
+      batch_bytes += text.size();
+      texts.push_back(std::move(text));
+      where.push_back(std::move(w));
+    }
+    if (texts.empty()) break;
+    ids.assign(texts.size(), {});
+    std::string error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < static_cast<int64_t>(texts.size()); ++i) {
+      try {
+        ids[i] = tok->encode(texts[i], o.add_special_tokens);
+      } catch (const std::exception& e) {
+#pragma omp critical(prepare_error)
+        if (error.empty()) error = where[i] + ": " + e.what();
+      }
+    }
+    ULY_CHECK(error.empty(), "prepare: " << error);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      if (texts[i].empty()) {
+        ++r.skipped_empty;
+        continue;
+      }
+      if (eos) ids[i].push_back(*eos);
+      // A hash of (seed, document number), not a stream of random numbers: the split of a
+      // document does not depend on how the corpus was batched.
+      const uint64_t h = mix64(mix64(o.seed) ^ static_cast<uint64_t>(doc_number++));
+      const bool held_out = static_cast<double>(h >> 11) * 0x1.0p-53 < o.val_fraction;
+      (held_out ? val : train).add(ids[i]);
+    }
+    progress.update(reader.bytes_read(), train.split().tokens + val.split().tokens, doc_number, false);
+  }
+  train.finish();
+  val.finish();
+  r.train = train.split();
+  r.val = val.split();
+  r.bytes = reader.bytes_read();
+  progress.update(r.bytes, r.train.tokens + r.val.tokens, doc_number, true);
+  ULY_CHECK(doc_number > 0, "prepare: empty corpus: the inputs (" << files.size() << " file"
+                                << (files.size() == 1 ? "" : "s") << ", " << total_bytes << " bytes) hold no non-empty document");
+  ULY_CHECK(r.train.documents > 0, "prepare: all " << doc_number << " documents went to the validation split; "
+                                                      "lower --val-fraction");
+  write_manifest(o, *tok, eos, files, r);
+  cleanup.armed = false;
+  return r;
+}
+
+}  // namespace ulysses

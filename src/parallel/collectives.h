@@ -1,0 +1,16 @@
+// Collectives on tensors. A communicator that takes only host buffers (MPI
+// here, which is not built CUDA-aware) gets device tensors staged through
+// pinned host memory; NCCL takes them directly. Staging buffers are outside the
+// memory pools (they exist only when several ranks share a GPU through MPI).
+#pragma once
+#include "backend/backend.h"
+#include "comm/communicator.h"
+
+namespace ulysses {
+
+// send, recv: same shape; block r of send goes to rank r (see Communicator::all_to_all).
+void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
+// In place: t = sum over ranks of t.
+void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t);
+
+}  // namespace ulysses

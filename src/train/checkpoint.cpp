@@ -1,0 +1,116 @@
+#include "train/checkpoint.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "io/model_folder.h"
+#include "io/safetensors.h"
+
+namespace ulysses {
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    ULY_CHECK(out.good(), tmp.string() << ": cannot open for writing");
+    out << text;
+    out.flush();
+    ULY_CHECK(out.good(), tmp.string() << ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  ULY_CHECK(!ec, path.string() << ": cannot rename into place: " << ec.message());
+}
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%07lld", static_cast<long long>(step));
+  return buf;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config, const AdamW& optimizer,
+                            const TrainerState& state, DType save_dtype) {
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  fs::create_directories(root);
+  const fs::path final_dir = root / step_name(state.step);
+  const fs::path tmp = root / (".tmp-" + step_name(state.step));
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  try {
+    fs::create_directories(tmp);
+    save_model_folder((tmp / "model").string(), model_config, optimizer.master_weights(), save_dtype);
+    write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state(),
+                      {{"steps_taken", std::to_string(optimizer.steps_taken())}});
+    nlohmann::json j;
+    j["step"] = state.step;
+    j["loader"] = state.loader;
+    j["mesh"] = {{"world", state.mesh.world}, {"sp", state.mesh.sp}, {"dp", state.mesh.dp}};
+    j["config"] = state.config;
+    j["format_version"] = 1;
+    write_text_atomic(tmp / "trainer_state.json", j.dump(2));
+    if (const char* kill = std::getenv("ULYSSES_TEST_KILL_DURING_SAVE"))  // fault injection for the tests
+      if (std::atoll(kill) == state.step) std::raise(SIGKILL);
+    write_text_atomic(tmp / "COMPLETE", "ok\n");
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(tmp, final_dir);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    ULY_FAIL("saving checkpoint " << final_dir.string() << " failed: " << e.what()
+                                  << "; the previous checkpoint is untouched");
+  } catch (const Error& e) {
+    fs::remove_all(tmp, ec);
+    ULY_FAIL("saving checkpoint " << final_dir.string() << " failed: " << e.message()
+                                  << "; the previous checkpoint is untouched");
+  }
+  write_text_atomic(root / "latest", step_name(state.step) + "\n");
+  return final_dir.string();
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& out_dir) {
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  std::ifstream in(root / "latest");
+  std::string name;
+  if (in >> name) {
+    const fs::path dir = root / name;
+    if (fs::exists(dir / "COMPLETE")) return dir.string();
+  }
+  // Fall back to the newest complete folder (latest may point at a removed one).
+  std::optional<std::string> best;
+  if (!fs::exists(root)) return best;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && fs::exists(e.path() / "COMPLETE"))
+      if (!best || n > fs::path(*best).filename().string()) best = e.path().string();
+  }
+  return best;
+}
+
+TrainerState read_trainer_state(const std::string& dir) {
+  const std::string path = dir + "/trainer_state.json";
+  std::ifstream in(path);
+  ULY_CHECK(in.good(), path << ": cannot open");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    ULY_FAIL(path << ": invalid JSON: " << e.what());
+  }
+  TrainerState s;
+  s.step = j.at("step");
+  s.loader = j.at("loader");
+  s.mesh.world = j.at("mesh").at("world");
+  s.mesh.sp = j.at("mesh").at("sp");
+  s.mesh.dp = j.at("mesh").at("dp");
+  s.config = j.value("config", nlohmann::json::object());
+  return s;
+}
+
+}  // namespace ulysses

@@ -1,0 +1,39 @@
+// Training checkpoints: OUT/checkpoints/step-NNNNNNN/ holding
+//   model/                 a Hugging Face folder (loads in transformers as it is)
+//   optimizer.safetensors  fp32 master weights and AdamW moments
+//   trainer_state.json     step, data-loader state, mesh, the effective config
+//   COMPLETE               written last: a folder without it is ignored
+// Written into a temporary folder and renamed into place, then OUT/checkpoints/
+// latest is replaced atomically, so a crash or a full disk mid-save never
+// replaces the last good checkpoint.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "io/hf_config.h"
+#include "train/optimizer.h"
+
+namespace ulysses {
+
+struct CheckpointMesh {
+  int world = 1, sp = 1, dp = 1;
+};
+
+struct TrainerState {
+  int64_t step = 0;
+  nlohmann::json loader;
+  CheckpointMesh mesh;
+  nlohmann::json config;
+};
+
+// Rank 0 writes; returns the checkpoint folder.
+std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config, const AdamW& optimizer,
+                            const TrainerState& state, DType save_dtype);
+
+// The newest complete checkpoint under out_dir, if any.
+std::optional<std::string> latest_checkpoint(const std::string& out_dir);
+TrainerState read_trainer_state(const std::string& checkpoint_dir);
+
+}  // namespace ulysses

@@ -1,0 +1,22 @@
+// FLOP counts of a training step, as ../shared/DESIGN.md §5 defines them.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "io/hf_config.h"
+
+namespace ulysses {
+
+// Non-embedding matmul parameters: q, k, v, o, gate, up, down of every layer, and lm_head.
+double dense_matmul_params(const ModelConfig& c);
+
+struct StepFlops {
+  double alst = 0;    // (m_d N_dense T + m_a S² H d L), m_d = 8 / m_a = 16 with recompute, 6 / 12 without
+  double useful = 0;  // 6 N_dense T + 7 S² H d L (causal attention, no recompute): the MFU numerator
+};
+// seq_lens: the length of every sequence in the step (tokens T = their sum).
+StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens, bool recompute);
+
+constexpr double kH100PeakBf16Flops = 989e12;  // dense bf16, H100/H200 SXM
+
+}  // namespace ulysses

@@ -1,0 +1,60 @@
+// The configuration of `ulysses train`: a YAML file whose every key can be
+// overridden on the command line (--optimizer.lr 1e-4, or optimizer.lr=1e-4).
+// Every key has a documented default (train_config.cpp, docs/training.md);
+// an unknown key is an error that names the nearest known one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/llama.h"
+
+namespace ulysses {
+
+struct TrainConfig {
+  // model: a Hugging Face folder to start from, or model_config (a named shape or
+  // a config.json) for a random init with init_seed.
+  std::string model;
+  std::string model_config;
+  int64_t num_layers = 0;  // > 0 overrides the model's layer count (random init only)
+  uint64_t init_seed = 0;
+
+  // data: shards made by `ulysses prepare`.
+  std::string train_data;  // a folder of *.tokens (train-*) or one file
+  std::string val_data;    // a folder/file for evaluation; default: val-* next to train_data
+  int64_t seq_len = 1024;
+  std::string data_mode = "pack";  // pack | long
+  uint64_t data_seed = 0;
+
+  int64_t batch_size = 1;  // sequences per micro-batch, over the whole world
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  int64_t steps = 100;
+
+  double lr = 3e-4, min_lr = 3e-5;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+
+  int64_t eval_every = 0;  // 0 = never
+  int64_t eval_batches = 4;
+  int64_t checkpoint_every = 0;  // 0 = only at the end (and on SIGINT/SIGTERM)
+  int64_t log_every = 1;
+  std::string out_dir = "runs/train";
+  bool resume = false;
+  std::string save_dtype = "float32";  // float32 | bfloat16 | float16
+
+  int sp = 0;  // 0 = all ranks in one sequence-parallel group
+  std::string backend = "cpu";
+  StepOptions memory;
+
+  nlohmann::json as_json;  // the effective configuration, for the run folder
+};
+
+// Reads the YAML file (or none: path empty) and applies the overrides
+// ("key=value" or "--key value" / "--key=value", dotted keys for nested ones).
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// The defaults as YAML text, documented (for `ulysses train --print-defaults`).
+std::string train_config_defaults_yaml();
+
+}  // namespace ulysses

@@ -1,0 +1,249 @@
+#include "train/trainer.h"
+
+#include <csignal>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/log.h"
+#include "io/model_folder.h"
+#include "train/batch_source.h"
+#include "train/checkpoint.h"
+#include "train/flops.h"
+#include "train/memory_plan.h"
+#include "train/optimizer.h"
+#include "train/step.h"
+
+namespace ulysses {
+namespace fs = std::filesystem;
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+std::string format_duration(double s) {
+  char buf[32];
+  const long long t = static_cast<long long>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
+ModelConfig model_config_for(const TrainConfig& c) {
+  ModelConfig mc;
+  if (!c.model.empty()) return ModelFolder::open(c.model).config();
+  if (!named_model_config(c.model_config, &mc)) mc = load_hf_config(c.model_config);
+  if (c.num_layers > 0) {
+    mc.num_hidden_layers = c.num_layers;
+    mc.raw["num_hidden_layers"] = c.num_layers;
+  }
+  return mc;
+}
+
+DType save_dtype_of(const std::string& s) {
+  return s == "bfloat16" ? DType::BF16 : s == "float16" ? DType::F16 : DType::F32;
+}
+
+// Keeps the metrics lines up to `step` (a resumed run rewrites what follows).
+void truncate_metrics(const fs::path& path, int64_t step) {
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::ostringstream kept;
+  for (std::string line; std::getline(in, line);) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= step) kept << line << "\n";
+    } catch (...) {
+    }
+  }
+  in.close();
+  std::ofstream(path, std::ios::trunc) << kept.str();
+}
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+int run_training(const TrainConfig& cfg, Communicator& world) {
+  ProcessMesh mesh(world, cfg.sp);
+  const ModelConfig mc = model_config_for(cfg);
+  ULY_CHECK(cfg.seq_len % mesh.sp_size() == 0,
+            "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
+                            << "; choose a multiple of " << mesh.sp_size());
+  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.sp_size(), cfg.seq_len);
+  std::unique_ptr<Backend> backend =
+      cfg.backend == "cuda" ? make_cuda_backend(world.rank()) : cfg.backend == "cpu" ? make_cpu_backend() : nullptr;
+  ULY_CHECK(backend != nullptr, "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
+
+  PlanRequest plan;
+  plan.config = mc;
+  plan.seq_len = cfg.seq_len;
+  plan.sp = mesh.sp_size();
+  plan.options = cfg.memory;
+  plan.act_dtype = backend->act_dtype();
+  plan.device = backend->device();
+  plan.optimizer = true;
+  const MemorySnapshot planned = plan_step_memory(plan);
+  check_plan_fits(plan, planned, backend->device_memory_available(), host_memory_available());
+
+  const bool rank0 = world.rank() == 0;
+  const fs::path out_dir = cfg.out_dir;
+  if (rank0) fs::create_directories(out_dir);
+  world.barrier();
+
+  LlamaWeights weights(mc);
+  std::unique_ptr<ModelFolder> folder;
+  if (!cfg.model.empty()) {
+    folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));
+    weights.load(*folder, *backend);
+  } else {
+    weights.init_random(*backend, cfg.init_seed);
+  }
+  OptimizerConfig oc;
+  oc.lr = cfg.lr;
+  oc.min_lr = cfg.min_lr;
+  oc.warmup_steps = cfg.warmup_steps;
+  oc.total_steps = cfg.steps;
+  oc.weight_decay = cfg.weight_decay;
+  oc.beta1 = cfg.beta1;
+  oc.beta2 = cfg.beta2;
+  oc.eps = cfg.eps;
+  oc.grad_clip = cfg.grad_clip;
+  AdamW optimizer(weights, *backend, oc);
+  if (folder) optimizer.load_master(*folder);
+
+  auto train = open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size);
+  std::unique_ptr<BatchSource> val;
+  if (cfg.eval_every > 0) {
+    const std::string val_path = cfg.val_data.empty() ? cfg.train_data : cfg.val_data;
+    val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size);
+  }
+
+  int64_t start_step = 0;
+  const fs::path metrics_path = out_dir / "metrics.jsonl";
+  if (cfg.resume) {
+    const auto ckpt = latest_checkpoint(cfg.out_dir);
+    ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (out_dir / "checkpoints").string()
+                                                            << " holds no complete checkpoint");
+    const TrainerState st = read_trainer_state(*ckpt);
+    ULY_CHECK(st.mesh.world == mesh.world_size() && st.mesh.sp == mesh.sp_size(),
+              *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << "); this run has "
+                    << mesh.world_size() << " ranks (sp " << mesh.sp_size()
+                    << "): resume on the same mesh (resharding is not supported yet)");
+    optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
+    train->restore(st.loader);
+    start_step = st.step;
+    if (rank0) {
+      truncate_metrics(metrics_path, start_step);
+      ULY_INFO("resumed from " << *ckpt << " at step " << start_step);
+    }
+  } else if (rank0) {
+    std::ofstream(metrics_path, std::ios::trunc);
+  }
+  if (rank0) std::ofstream(out_dir / "config.json", std::ios::trunc) << cfg.as_json.dump(2) << "\n";
+
+  LlamaModel model(weights, *backend, mesh.sp(), cfg.memory);
+  const int64_t rows = cfg.batch_size * cfg.grad_accum;
+  const bool recompute = cfg.memory.checkpoint;
+  const StepFlops flops = step_flops(mc, std::vector<int64_t>(rows, cfg.seq_len), recompute);
+  const bool on_gpu = backend->device() == Device::CUDA;
+  ULY_INFO("train: " << mesh.describe() << ", backend " << backend->name() << ", " << weights.num_elements()
+                     << " parameters, " << rows << " x " << cfg.seq_len << " tokens per step, " << cfg.steps
+                     << " steps, data " << train->describe());
+
+  auto save = [&](int64_t step) {
+    if (rank0) {
+      TrainerState st;
+      st.step = step;
+      st.loader = train->state();
+      st.mesh = {mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
+      st.config = cfg.as_json;
+      const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, save_dtype_of(cfg.save_dtype));
+      ULY_INFO("checkpoint: " << dir);
+    }
+    world.barrier();
+  };
+
+  std::ofstream metrics;
+  if (rank0) metrics.open(metrics_path, std::ios::app);
+  const auto t_start = std::chrono::steady_clock::now();
+  double tokens_seen = 0;
+  int exit_code = 0;
+  for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    weights.zero_grads(*backend);
+    const TokenBatch batch = train->next(rows);
+    backend->pools().reset_peaks();
+    const StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
+    const AdamW::StepInfo info = optimizer.step();
+    backend->synchronize();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tokens_seen += static_cast<double>(r.tokens);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
+    const double tflops = flops.alst / dt / world.size() / 1e12;
+    const double mfu = flops.useful / dt / world.size() / kH100PeakBf16Flops;
+    const size_t peak = backend->pools().device().peak;
+    if (rank0) {
+      nlohmann::json m = {{"step", step},          {"loss", r.loss},   {"lr", info.lr},
+                          {"grad_norm", info.grad_norm}, {"tokens", r.tokens}, {"tokens_per_s", r.tokens / dt},
+                          {"tflops", tflops},      {"step_time_s", dt}, {"peak_device_bytes", peak},
+                          {"elapsed_s", elapsed},  {"eta_s", eta}};
+      if (on_gpu) m["mfu"] = mfu;
+      metrics << m.dump() << "\n";
+      metrics.flush();
+      if (step % cfg.log_every == 0 || step == cfg.steps) {
+        char mfu_text[16] = "-";
+        if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
+        char line[320];
+        std::snprintf(line, sizeof line,
+                      "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.3f TFLOPS | MFU %s | mem %s "
+                      "| ETA %s",
+                      static_cast<long long>(step), static_cast<long long>(cfg.steps), r.loss, info.lr,
+                      info.grad_norm, r.tokens / dt, tflops,
+                      mfu_text,
+                      format_bytes(peak).c_str(), format_duration(eta).c_str());
+        std::cout << line << std::endl;
+      }
+    }
+    if (val && (step % cfg.eval_every == 0 || step == cfg.steps)) {
+      val->restore(nlohmann::json());  // the same held-out batches every time
+      double loss_sum = 0;
+      int64_t count = 0;
+      for (int64_t i = 0; i < cfg.eval_batches; ++i) {
+        const StepResult e = compute_loss(model, *backend, mesh, val->next(cfg.batch_size));
+        loss_sum += e.loss_sum;
+        count += e.valid_targets;
+      }
+      const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
+      if (rank0) {
+        metrics << nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() << "\n";
+        metrics.flush();
+        std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
+      }
+    }
+    // All ranks agree on stopping, so none waits in a collective for another.
+    int stop = g_stop_signal != 0, any_stop = 0;
+    world.all_reduce(&stop, &any_stop, 1, DType::I32, ReduceOp::Max);
+    const bool last = step == cfg.steps;
+    if (any_stop || last || (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0)) save(step);
+    if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP"))  // fault injection for the resume tests
+      if (std::atoll(kill_at) == step) std::raise(SIGKILL);
+    if (any_stop && !last) {
+      ULY_INFO("stopped by a signal at step " << step << "; resume with --resume true");
+      exit_code = 130;
+      break;
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace ulysses

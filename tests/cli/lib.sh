@@ -1,0 +1,38 @@
+# Shared helpers for the command-line tests (sourced).
+# Usage in a test: source "$(dirname "$0")/lib.sh" "$@"
+set -u
+ULYSSES=$1
+ROOT=$2
+TMP=$(mktemp -d /tmp/ulysses_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+PASSES=0
+MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+export OMP_NUM_THREADS=1
+
+pass() { PASSES=$((PASSES + 1)); echo "ok   $1"; }
+fail() { FAILS=$((FAILS + 1)); echo "FAIL $1"; }
+
+# expect_error NAME PATTERN CMD...: the command must exit non-zero, print one
+# "error:" line on stderr matching PATTERN, and finish within 120 s (no hang).
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local err="$TMP/stderr"
+  timeout 120 "$@" > "$TMP/stdout" 2> "$err"
+  local rc=$?
+  if [ $rc -eq 0 ]; then fail "$name: exited 0"; return; fi
+  if [ $rc -eq 124 ]; then fail "$name: hung (killed after 120 s)"; return; fi
+  if ! grep -q -E -- "$pattern" "$err"; then
+    fail "$name: stderr does not match /$pattern/:"; sed 's/^/     /' "$err" | head -5; return
+  fi
+  local lines
+  lines=$(grep -c "error:" "$err")
+  if [ "$lines" -lt 1 ]; then fail "$name: no 'error:' line"; return; fi
+  pass "$name (exit $rc)"
+}
+
+finish() {
+  echo "$PASSES passed, $FAILS failed"
+  [ $FAILS -eq 0 ]
+}

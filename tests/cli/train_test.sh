@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# ulysses prepare + train end to end on CPU: sp = 2 gives sp = 1's loss curve,
+# a SIGKILLed run resumes bit for bit, a checkpoint interrupted mid-write never
+# replaces the last good one, and bad input fails with one clear line.
+source "$(dirname "$0")/lib.sh" "$@"
+cd "$TMP"
+
+"$ULYSSES" prepare --input "$ROOT/docs,$ROOT/README.md" --out data --val-fraction 0.2 --quiet > /dev/null 2>&1 \
+  && pass "prepare a corpus" || fail "prepare a corpus"
+cat > model.json <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 258, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "torch_dtype": "float32"}
+JSON
+cat > train.yaml <<'YAML'
+model_config: model.json
+data:
+  train: data
+  seq_len: 64
+batch_size: 2
+steps: 20
+optimizer:
+  lr: 1.0e-3
+  warmup_steps: 3
+log_every: 5
+YAML
+
+losses() { python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if 'loss' in j: print(j['step'], repr(j['loss']))" "$1"; }
+
+"$ULYSSES" train train.yaml out_dir=sp1 > sp1.log 2>&1 || { fail "train sp=1"; cat sp1.log; }
+$MPIRUN -np 2 "$ULYSSES" train train.yaml out_dir=sp2 sp=2 > sp2.log 2>&1 || { fail "train sp=2"; tail sp2.log; }
+if python3 - sp1/metrics.jsonl sp2/metrics.jsonl <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if "loss" in l]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if "loss" in l]
+assert len(a) == len(b) == 20, (len(a), len(b))
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"     sp=2 vs sp=1 over 20 steps: worst relative difference {worst:.2e}; loss {a[0]:.4f} -> {a[-1]:.4f}")
+assert worst <= 1e-5, worst
+assert a[-1] < a[0] - 0.5, "the loss did not fall"
+PY
+then pass "sp=2 loss curve equals sp=1 (<= 1e-5 per step) and falls"; else fail "sp=2 loss curve equals sp=1"; fi
+[ -f sp1/checkpoints/step-0000020/model/model.safetensors ] && [ -f sp1/checkpoints/step-0000020/COMPLETE ] \
+  && pass "final checkpoint written" || fail "final checkpoint written"
+
+# Uninterrupted reference, then a run killed (SIGKILL) at step 7 and resumed from step 5.
+"$ULYSSES" train train.yaml out_dir=full checkpoint_every=5 steps=12 > full.log 2>&1
+ULYSSES_TEST_KILL_AT_STEP=7 "$ULYSSES" train train.yaml out_dir=killed checkpoint_every=5 steps=12 > killed.log 2>&1
+rc=$?
+[ $rc -eq 137 ] && pass "SIGKILL mid-run (exit $rc)" || fail "SIGKILL mid-run (exit $rc)"
+grep -q step-0000005 killed/checkpoints/latest && pass "latest checkpoint is step 5" || fail "latest checkpoint is step 5"
+"$ULYSSES" train train.yaml out_dir=killed checkpoint_every=5 steps=12 resume=true > resumed.log 2>&1 \
+  || { fail "resume"; tail resumed.log; }
+if diff <(losses full/metrics.jsonl) <(losses killed/metrics.jsonl) > diff.txt; then
+  pass "resumed run equals the uninterrupted one bit for bit (12 steps)"
+else fail "resumed losses differ:"; head diff.txt; fi
+
+# Killed while writing the step-10 checkpoint: step 5 stays the latest good one.
+ULYSSES_TEST_KILL_DURING_SAVE=10 "$ULYSSES" train train.yaml out_dir=midsave checkpoint_every=5 steps=12 \
+  > midsave.log 2>&1
+grep -q step-0000005 midsave/checkpoints/latest && [ ! -e midsave/checkpoints/step-0000010 ] \
+  && pass "a checkpoint being written when the process dies does not replace the last good one" \
+  || fail "interrupted checkpoint replaced the last good one"
+"$ULYSSES" train train.yaml out_dir=midsave checkpoint_every=5 steps=12 resume=true > midsave2.log 2>&1
+diff <(losses full/metrics.jsonl) <(losses midsave/metrics.jsonl) > /dev/null \
+  && pass "resume after an interrupted save equals the uninterrupted run" || fail "resume after an interrupted save"
+
+# A full disk while saving: the save fails with a clear error, the last checkpoint survives.
+( trap '' XFSZ; ulimit -f 200; "$ULYSSES" train train.yaml out_dir=full checkpoint_every=5 steps=14 resume=true \
+    > disk.log 2>&1 ); rc=$?
+if [ $rc -ne 0 ] && grep -q "saving checkpoint.*failed.*untouched" disk.log && grep -q step-0000012 full/checkpoints/latest \
+   && [ -f full/checkpoints/step-0000012/COMPLETE ]; then pass "disk full while saving: clear error, last checkpoint kept"
+else fail "disk full while saving (exit $rc)"; tail -3 disk.log; fi
+
+# Bad input.
+mkdir -p empty
+expect_error "empty corpus" "(empty|no document|no text|no files)" "$ULYSSES" prepare --input empty --out d2
+expect_error "missing tokenizer" "missing-tokenizer.json" \
+  "$ULYSSES" prepare --input "$ROOT/README.md" --out d3 --tokenizer missing-tokenizer.json
+printf 'steps: [1, 2\nmodel: x\n' > bad.yaml
+expect_error "invalid YAML" "bad.yaml: invalid YAML at line" "$ULYSSES" train bad.yaml
+expect_error "unknown key suggests the nearest" "unknown key 'optimizer.learning_rate' \(did you mean 'optimizer.lr'" \
+  "$ULYSSES" train train.yaml optimizer.learning_rate=1
+expect_error "unknown top-level key" "unknown key 'stepz' \(did you mean 'steps'" "$ULYSSES" train train.yaml stepz=3
+expect_error "seq_len not divisible by the sp degree" "seq_len 63 is not divisible by the sequence-parallel degree 2" \
+  $MPIRUN -np 2 "$ULYSSES" train train.yaml data.seq_len=63 sp=2 out_dir=bad
+finish
