@@ -4,14 +4,22 @@
 # BUILD_DIR holds binaries built on the development machine (carried over);
 # results and logs go under $OUT. Prints a summary last.
 set -u
+summary=()
 B=${1:-build-gpu}
 MODE=${2:-full}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+# Logs go to a scratch folder and come back as one archive (the device tool
+# returns at most 8 files).
+FINAL_OUT=${OUT:-/tmp/out}
+OUT=/tmp/ulysses_results
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
+trap 'tar -C "$OUT" -czf "$FINAL_OUT/results.tgz" . ; printf "%s\n" "${summary[@]}" > "$FINAL_OUT/summary.txt"' EXIT
 export NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-[ -d .carry/lib ] && export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
-summary=()
+if [ -f .carry/libs.tar.xz ]; then
+  mkdir -p /tmp/ulysses_libs && tar -C /tmp/ulysses_libs -xJf .carry/libs.tar.xz
+  export LD_LIBRARY_PATH=/tmp/ulysses_libs/libs:${LD_LIBRARY_PATH:-}
+fi
 note() { summary+=("$1"); echo "== $1"; }
+trap "exit 143" TERM INT
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
@@ -26,6 +34,10 @@ if python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --ex
      --loss-tol 1e-2 --grad-tol 5e-2 > "$OUT/fixtures_cuda.log" 2>&1; then note "fixtures, cuda, 1 rank: PASS"
 else note "fixtures, cuda, 1 rank: FAIL"; fi
 cat "$OUT/fixtures_cuda.log" | tail -9
+
+# 2b. the same cases through transformers in bf16: the baseline for the bf16 errors above
+python3 tools/hf_bf16_baseline.py --cases fixtures > "$OUT/hf_bf16_baseline.log" 2>&1 || echo "hf baseline failed"
+cat "$OUT/hf_bf16_baseline.log" | tail -8
 
 # 3. several ranks sharing the one GPU (MPI with host staging)
 for np in 2 4; do

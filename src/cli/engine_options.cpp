@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "comm/launch_env.h"
 #include "core/error.h"
 #include "train/memory_plan.h"
 
@@ -38,10 +39,10 @@ StepOptions step_options_from(const Args& args) {
   return o;
 }
 
-std::unique_ptr<Backend> backend_from(const Args& args, int local_rank) {
+std::unique_ptr<Backend> backend_from(const Args& args, int world_rank) {
   const std::string b = args.get("backend", "cpu");
   if (b == "cpu") return make_cpu_backend();
-  if (b == "cuda") return make_cuda_backend(local_rank);
+  if (b == "cuda") return make_cuda_backend(node_local_rank(world_rank));
   ULY_FAIL("unknown --backend '" << b << "' (choose cpu or cuda)");
 }
 

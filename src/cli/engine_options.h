@@ -12,8 +12,8 @@ namespace ulysses {
 
 std::vector<OptionSpec> engine_option_specs();
 StepOptions step_options_from(const Args& args);
-// "cpu" (default) or "cuda"; on cuda each rank takes GPU local_rank % device count.
-std::unique_ptr<Backend> backend_from(const Args& args, int local_rank);
+// "cpu" (default) or "cuda"; on cuda each rank takes GPU (node-local rank) % (visible GPUs).
+std::unique_ptr<Backend> backend_from(const Args& args, int world_rank);
 int sp_degree_from(const Args& args);  // 0 = all ranks
 
 // Plans the step's memory (exact dry run) and refuses, with advice, a step that

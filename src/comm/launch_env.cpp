@@ -55,4 +55,10 @@ LaunchEnv detect_launch_env() {
   return env;
 }
 
+int node_local_rank(int world_rank) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return world_rank;
+}
+
 }  // namespace ulysses

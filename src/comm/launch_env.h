@@ -15,4 +15,8 @@ struct LaunchEnv {
 
 LaunchEnv detect_launch_env();
 
+// The rank within this node, from the launcher (OMPI_COMM_WORLD_LOCAL_RANK,
+// SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK), else `world_rank`: picks the GPU.
+int node_local_rank(int world_rank);
+
 }  // namespace ulysses

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "comm/launch_env.h"
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "train/batch_source.h"
@@ -80,7 +81,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                             << "; choose a multiple of " << mesh.sp_size());
   check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.sp_size(), cfg.seq_len);
   std::unique_ptr<Backend> backend =
-      cfg.backend == "cuda" ? make_cuda_backend(world.rank()) : cfg.backend == "cpu" ? make_cpu_backend() : nullptr;
+      cfg.backend == "cuda" ? make_cuda_backend(node_local_rank(world.rank()))
+      : cfg.backend == "cpu" ? make_cpu_backend()
+                             : nullptr;
   ULY_CHECK(backend != nullptr, "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
 
   PlanRequest plan;

@@ -42,9 +42,10 @@ int select_device(int device_index) {
                                                             << cudaGetErrorString(err) << "); run with --backend cpu");
   }
   ULY_CHECK(count > 0, "no CUDA device visible (cudaGetDeviceCount: 0 devices); run with --backend cpu");
-  ULY_CHECK(device_index >= 0 && device_index < count,
-            "CUDA device index " << device_index << " out of range: " << count
-                                 << " device(s) visible (check CUDA_VISIBLE_DEVICES and the local rank)");
+  ULY_CHECK(device_index >= 0, "CUDA device index " << device_index << " is negative");
+  // Ranks beyond the visible GPUs share them round-robin (several ranks on one
+  // GPU is how a single-GPU machine runs sequence parallelism).
+  device_index %= count;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
   ULY_CHECK(prop.major == 9 && prop.minor == 0, "this build targets sm_90a (Hopper); device "

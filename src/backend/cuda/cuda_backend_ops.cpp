@@ -214,12 +214,47 @@ AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   need_shape(doc_start, {a.S}, op, "doc_start");
   return a;
 }
+// The attention kernels take d in {16, 32, 64, 128}; other head sizes (8 in tiny
+// test models, 48, 96, ...) run zero-padded to the next supported size: zero
+// q/k columns add nothing to the scores (the scale stays the caller's) and zero
+// v columns give zero output columns, which are dropped.
+int64_t padded_head_dim(int64_t d) {
+  for (int64_t s : {16, 32, 64, 128})
+    if (d <= s) return s;
+  return d;
+}
+
+Tensor pad_heads(Backend& be, const Tensor& x, int64_t dp) {
+  Tensor y = be.empty({x.dim(0), x.dim(1), dp}, x.dtype());
+  auto stream = static_cast<cudaStream_t>(be.native_stream());
+  const size_t es = dtype_size(x.dtype()), d = static_cast<size_t>(x.dim(2));
+  CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), stream));
+  CUDA_CHECK(cudaMemcpy2DAsync(y.raw(), dp * es, x.raw(), d * es, d * es, static_cast<size_t>(x.dim(0) * x.dim(1)),
+                               cudaMemcpyDeviceToDevice, stream));
+  return y;
+}
+
+void unpad_heads(Backend& be, Tensor& x, const Tensor& y) {
+  auto stream = static_cast<cudaStream_t>(be.native_stream());
+  const size_t es = dtype_size(x.dtype()), d = static_cast<size_t>(x.dim(2)), dp = static_cast<size_t>(y.dim(2));
+  CUDA_CHECK(cudaMemcpy2DAsync(x.raw(), d * es, y.raw(), dp * es, d * es, static_cast<size_t>(x.dim(0) * x.dim(1)),
+                               cudaMemcpyDeviceToDevice, stream));
+}
+
 }  // namespace
 
 void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& doc_start, double scale) {
   const char* op = "attention_forward";
   const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  if (padded_head_dim(a.d) != a.d) {
+    const int64_t dp = padded_head_dim(a.d);
+    Tensor out_p = empty({a.S, a.H, dp}, out.dtype());
+    attention_forward(out_p, lse, pad_heads(*this, q, dp), pad_heads(*this, k, dp), pad_heads(*this, v, dp),
+                      doc_start, scale);
+    unpad_heads(*this, out, out_p);
+    return;
+  }
   need_like(out, q, op, "out", "q");
   need_aligned16(out, op, "out");
   need_device(lse, op, "lse");
@@ -236,6 +271,17 @@ void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const T
                                      const Tensor& doc_start, double scale) {
   const char* op = "attention_backward";
   const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  if (padded_head_dim(a.d) != a.d) {
+    const int64_t dp = padded_head_dim(a.d);
+    Tensor dq_p = empty({a.S, a.H, dp}, dq.dtype()), dk_p = empty({a.S, a.Hkv, dp}, dk.dtype()),
+           dv_p = empty({a.S, a.Hkv, dp}, dv.dtype());
+    attention_backward(dq_p, dk_p, dv_p, pad_heads(*this, dout, dp), pad_heads(*this, out, dp), lse,
+                       pad_heads(*this, q, dp), pad_heads(*this, k, dp), pad_heads(*this, v, dp), doc_start, scale);
+    unpad_heads(*this, dq, dq_p);
+    unpad_heads(*this, dk, dk_p);
+    unpad_heads(*this, dv, dv_p);
+    return;
+  }
   need_like(dq, q, op, "dq", "q");
   need_like(dout, q, op, "dout", "q");
   need_like(out, q, op, "out", "q");
