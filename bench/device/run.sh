@@ -24,6 +24,31 @@ trap "exit 143" TERM INT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 
+if [ "$MODE" = train ]; then
+  # Training on the GPU: a short run at sp = 1 and at sp = 2 (two ranks on the one GPU), then the
+  # checkpoint's model/ folder loaded in transformers gives the engine's loss.
+  "$B/ulysses" prepare --input docs,README.md,fixtures/README.md --out "$OUT/data" --val-fraction 0.1 --quiet
+  for sp in 1 2; do
+    $( [ $sp = 2 ] && echo "mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE" ) \
+      "$B/ulysses" train configs/demo.yaml model_config=configs/demo-model.json data.train="$OUT/data" \
+      out_dir="$OUT/run_sp$sp" backend=cuda steps=30 sp=$sp checkpoint_every=0 eval_every=10 log_every=10 \
+      > "$OUT/train_sp$sp.log" 2>&1 && note "train on cuda, sp=$sp: done" || note "train on cuda, sp=$sp: FAIL"
+    tail -6 "$OUT/train_sp$sp.log"
+  done
+  python3 - "$OUT/run_sp1/metrics.jsonl" "$OUT/run_sp2/metrics.jsonl" <<'PY' | tee "$OUT/train_compare.txt"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l]
+print(f"cuda training, sp=2 vs sp=1 over {len(a)} steps: worst relative loss difference "
+      f"{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}; loss {a[0]:.4f} -> {a[-1]:.4f}")
+PY
+  python3 tools/check_export.py --ulysses "$B/ulysses" --model "$OUT/run_sp1/checkpoints/step-0000030/model" \
+    --device cuda > "$OUT/export.log" 2>&1 && note "export loads in transformers: PASS" || note "export: FAIL"
+  grep -v Loading "$OUT/export.log" | tail -2
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
+
 # 1. every CUDA op against its CPU twin
 if bash bench/device/run_cuda_tests.sh "$B" > "$OUT/cuda_tests.log" 2>&1; then note "cuda op tests: PASS"
 else note "cuda op tests: FAIL (see cuda_tests.log)"; fi

@@ -1,10 +1,12 @@
-// Loss and gradients of one global batch over the process mesh: batch rows
-// are dealt to the DP groups, each row's tokens split over the SP group; the
-// loss is Σ token losses / Σ valid targets over the whole global batch, and
-// gradients are summed over the whole dp × sp world, so every rank ends with
-// the same gradients, equal to a single rank's.
+// Loss and gradients of one global batch over the process mesh. Each rank
+// holds only its shards (its DP group's rows, its SP slice of each); the loss
+// is Σ token losses / Σ valid targets over the whole global batch, across SP
+// and DP ranks alike (a rank with no valid target contributes exactly zero),
+// and gradients are summed over the whole dp × sp world, so every rank ends
+// with the same gradients, equal to a single rank's.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "model/batch.h"
 #include "model/llama.h"
@@ -16,16 +18,24 @@ struct StepResult {
   double loss = 0;              // mean over the global batch's valid targets (0 when none)
   double loss_sum = 0;          // Σ token losses over the global batch
   int64_t valid_targets = 0;    // Σ valid targets over the global batch
-  int64_t tokens = 0;           // tokens in the global batch (without padding)
+  int64_t tokens = 0;           // tokens in the global batch (padding included)
 };
 
-// Adds the batch's gradients into `weights` (zero them first for a fresh step).
-// `batch` is the whole global batch (every rank sees the same one); each rank
-// uses only its rows and its slice of them.
-// Forward only over the batch (evaluation): the global mean loss.
-StepResult compute_loss(LlamaModel& model, Backend& backend, ProcessMesh& mesh, const TokenBatch& batch);
+// Adds the gradients of this rank's shards into `weights` (zero them first for
+// a fresh step); collective over the mesh's world.
+StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Backend& backend, ProcessMesh& mesh,
+                                  const std::vector<SequenceShard>& shards);
+// Forward only (evaluation): the global mean loss.
+StepResult compute_loss(LlamaModel& model, Backend& backend, ProcessMesh& mesh,
+                        const std::vector<SequenceShard>& shards);
 
+// This rank's shards of a whole batch that every rank holds: rows dealt
+// round-robin to the DP groups, each row sliced over the SP group.
+std::vector<SequenceShard> local_shards(const TokenBatch& batch, ProcessMesh& mesh);
+
+// Convenience: the same on a whole batch (loss-grad, tests).
 StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Backend& backend, ProcessMesh& mesh,
                                   const TokenBatch& batch);
+StepResult compute_loss(LlamaModel& model, Backend& backend, ProcessMesh& mesh, const TokenBatch& batch);
 
 }  // namespace ulysses

@@ -80,6 +80,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
             "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
                             << "; choose a multiple of " << mesh.sp_size());
   check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.sp_size(), cfg.seq_len);
+  ULY_CHECK(cfg.batch_size % mesh.dp_size() == 0,
+            "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
+                          << " data-parallel groups; choose a multiple of " << mesh.dp_size());
   std::unique_ptr<Backend> backend =
       cfg.backend == "cuda" ? make_cuda_backend(node_local_rank(world.rank()))
       : cfg.backend == "cpu" ? make_cpu_backend()
@@ -123,11 +126,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   AdamW optimizer(weights, *backend, oc);
   if (folder) optimizer.load_master(*folder);
 
-  auto train = open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size);
+  const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size()};
+  auto train =
+      open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
   std::unique_ptr<BatchSource> val;
   if (cfg.eval_every > 0) {
     const std::string val_path = cfg.val_data.empty() ? cfg.train_data : cfg.val_data;
-    val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size);
+    val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
   }
 
   int64_t start_step = 0;
@@ -183,9 +188,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     weights.zero_grads(*backend);
-    const TokenBatch batch = train->next(rows);
+    const std::vector<SequenceShard> shards = train->next(rows);
     backend->pools().reset_peaks();
-    const StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
+    const StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, shards);
     const AdamW::StepInfo info = optimizer.step();
     backend->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -82,6 +82,12 @@ expect_error "more ranks than tokens" "2 tokens cannot be split over 4" \
 expect_error "sp that does not divide the world" "sp.*3.*(divide|valid)" \
   $MPIRUN -np 4 "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --sp 3
 
+# No GPU here (CI): --backend cuda says so clearly, on every rank.
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  expect_error "--backend cuda without a GPU" "(no CUDA device visible|has no CUDA backend)" \
+    $MPIRUN -np 2 "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --backend cuda
+fi
+
 # And the good path writes the contract's output.
 if "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/ok.st" > /dev/null 2>&1 &&
    python3 -c "
