@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "expect_error.h"
 #include "io/hf_config.h"
 #include "test_util.h"
 
@@ -13,17 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-#define EXPECT_ERROR(stmt, ...)                                                           \
-  do {                                                                                    \
-    try {                                                                                 \
-      stmt;                                                                               \
-      ADD_FAILURE() << "no exception from: " #stmt;                                       \
-    } catch (const ::ulysses::Error& e) {                                                 \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})               \
-        EXPECT_NE(e.message().find(part), std::string::npos)                              \
-            << "message lacks '" << part << "': " << e.message();                         \
-    }                                                                                     \
-  } while (0)
 
 // Llama-3.1-8B as published (transformers 4.x layout).
 const char* kLlama31_v4 = R"({

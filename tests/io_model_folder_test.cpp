@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "io/model_folder.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace ulysses {
@@ -17,17 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-#define EXPECT_ERROR(stmt, ...)                                                           \
-  do {                                                                                    \
-    try {                                                                                 \
-      stmt;                                                                               \
-      ADD_FAILURE() << "no exception from: " #stmt;                                       \
-    } catch (const ::ulysses::Error& e) {                                                 \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})               \
-        EXPECT_NE(e.message().find(part), std::string::npos)                              \
-            << "message lacks '" << part << "': " << e.message();                         \
-    }                                                                                     \
-  } while (0)
 
 ModelConfig tiny_config() {
   ModelConfig c;

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "io/safetensors.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace ulysses {
@@ -17,18 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 
 // EXPECT that `stmt` throws ulysses::Error whose message contains every one of `parts`.
-#define EXPECT_ERROR(stmt, ...)                                                           \
-  do {                                                                                    \
-    try {                                                                                 \
-      stmt;                                                                               \
-      ADD_FAILURE() << "no exception from: " #stmt;                                       \
-    } catch (const ::ulysses::Error& e) {                                                 \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})               \
-        EXPECT_NE(e.message().find(part), std::string::npos)                              \
-            << "message lacks '" << part << "': " << e.message();                         \
-      EXPECT_EQ(e.message().find('\n'), std::string::npos) << "not one line: " << e.message(); \
-    }                                                                                     \
-  } while (0)
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

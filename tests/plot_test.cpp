@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cli/plot_image.h"
+#include "expect_error.h"
 #include "core/error.h"
 #include "png_decode.h"
 #include "test_util.h"
@@ -21,18 +22,6 @@ namespace {
 using plot_colors::kEvalLoss;
 using plot_colors::kTrainLoss;
 
-#define EXPECT_ERROR(stmt, ...)                                                                \
-  do {                                                                                         \
-    try {                                                                                      \
-      stmt;                                                                                    \
-      ADD_FAILURE() << "no exception from: " #stmt;                                            \
-    } catch (const ::ulysses::Error& e) {                                                      \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                    \
-        EXPECT_NE(e.message().find(part), std::string::npos)                                   \
-            << "message lacks '" << part << "': " << e.message();                              \
-      EXPECT_EQ(e.message().find('\n'), std::string::npos) << "not one line: " << e.message(); \
-    }                                                                                          \
-  } while (0)
 
 class PlotTest : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"
 #include "fixture_check.h"
+#include "mpi/mpi_test_main.h"
 #include "io/model_folder.h"
 #include "test_util.h"
 #include "train/step.h"
@@ -15,15 +16,13 @@
 namespace ulysses::test {
 namespace {
 
-Communicator* g_world = nullptr;
-
 struct Outcome {
   double loss = 0;
   std::vector<std::vector<float>> grads;
 };
 
 Outcome run(LlamaWeights& w, Backend& be, const TokenBatch& batch, int sp, const StepOptions& o) {
-  ProcessMesh mesh(*g_world, sp);
+  ProcessMesh mesh(world(), sp);
   w.zero_grads(be);
   LlamaModel model(w, be, mesh.sp(), o);
   Outcome out;
@@ -68,7 +67,7 @@ TEST(MemoryOptions, FixturesEveryCombinationEveryDegree) {
     LlamaWeights w(folder.config());
     w.load(folder, *be);
     const Outcome plain = run(w, *be, batch, 1, {});
-    for (int sp : ProcessMesh::valid_sp_values(g_world->size())) {
+    for (int sp : ProcessMesh::valid_sp_values(world().size())) {
       if (!fits(folder.config(), sp)) continue;
       for (const auto& [name, o] : combinations(true)) {
         SCOPED_TRACE(dir + " sp=" + std::to_string(sp) + " " + name);
@@ -94,7 +93,7 @@ TEST(MemoryOptions, LongSequenceEveryDegree) {
     batch.positions.push_back(static_cast<int32_t>(i < 1500 ? i : (i - 1500) % 1234));  // uneven documents
   }
   const Outcome plain = run(w, *be, batch, 1, {});
-  for (int sp : ProcessMesh::valid_sp_values(g_world->size())) {
+  for (int sp : ProcessMesh::valid_sp_values(world().size())) {
     if (!fits(c, sp)) continue;
     if (sp > 1) {
       SCOPED_TRACE("plain sp=" + std::to_string(sp));
@@ -110,14 +109,4 @@ TEST(MemoryOptions, LongSequenceEveryDegree) {
 }  // namespace
 }  // namespace ulysses::test
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = ulysses::make_world_communicator(&argc, &argv);
-  ulysses::test::g_world = world.get();
-  const int failed = RUN_ALL_TESTS();
-  int any = failed != 0, total = 0;
-  world->all_reduce(&any, &total, 1, ulysses::DType::I32, ulysses::ReduceOp::Sum);
-  world.reset();
-  ulysses::finalize_world_communicator();
-  return total != 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return ulysses::test::run_mpi_tests(argc, argv); }

@@ -6,30 +6,29 @@
 
 #include "comm/communicator.h"
 #include "fixture_check.h"
+#include "mpi/mpi_test_main.h"
 #include "io/model_folder.h"
 #include "parallel/mesh.h"
 
 namespace ulysses::test {
 namespace {
 
-Communicator* g_world = nullptr;
-
 bool degree_fits(const ModelConfig& c, int sp) {
   return c.num_attention_heads % sp == 0 && (c.num_key_value_heads % sp == 0 || sp % c.num_key_value_heads == 0);
 }
 
 void check_all_meshes(const StepOptions& options) {
-  Communicator& world = *g_world;
+  Communicator& w = world();
   ASSERT_GE(fixture_cases().size(), 5u);
   for (const std::string& dir : fixture_cases()) {
     const ModelConfig c = ModelFolder::open(dir + "/model").config();
-    for (int sp : ProcessMesh::valid_sp_values(world.size())) {
-      SCOPED_TRACE(dir + " sp=" + std::to_string(sp) + " world=" + std::to_string(world.size()));
+    for (int sp : ProcessMesh::valid_sp_values(w.size())) {
+      SCOPED_TRACE(dir + " sp=" + std::to_string(sp) + " world=" + std::to_string(w.size()));
       if (!degree_fits(c, sp)) {
-        EXPECT_THROW(run_fixture(dir, world, sp, options), Error);
+        EXPECT_THROW(run_fixture(dir, w, sp, options), Error);
         continue;
       }
-      FixtureResult r = run_fixture(dir, world, sp, options);
+      FixtureResult r = run_fixture(dir, w, sp, options);
       EXPECT_LE(r.loss_rel, 1e-5) << "loss " << r.loss << " vs " << r.ref_loss;
       EXPECT_LE(r.worst_grad_rel, 1e-4) << "worst gradient " << r.worst_grad;
     }
@@ -49,14 +48,4 @@ TEST(UlyssesFixtures, EveryMeshMatchesReferenceWithMemoryTechniques) {
 }  // namespace
 }  // namespace ulysses::test
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = ulysses::make_world_communicator(&argc, &argv);
-  ulysses::test::g_world = world.get();
-  const int failed = RUN_ALL_TESTS();
-  int any = failed != 0, total = 0;
-  world->all_reduce(&any, &total, 1, ulysses::DType::I32, ulysses::ReduceOp::Sum);
-  world.reset();
-  ulysses::finalize_world_communicator();
-  return total != 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return ulysses::test::run_mpi_tests(argc, argv); }
