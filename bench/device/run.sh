@@ -24,6 +24,22 @@ trap "exit 143" TERM INT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 
+if [ "$MODE" = long ]; then
+  # Long context on one GPU: Llama-3.1-8B forward + backward at 128K tokens with all memory options
+  # (transformers OOMs at 64K, DESIGN.md §6), transformers at 64K in the same run, and a step that
+  # cannot fit refused before allocating anything.
+  "$B/ulysses" bench --backend cuda --shape llama-3.1-8b --seq 131072 --no-optimizer --offload-checkpoints \
+     --tiled-loss --tiled-mlp --warmup 0 --steps 1 --json "$OUT/ulysses_8b_128k.json" > "$OUT/ulysses_8b_128k.log" 2>&1 \
+     && note "ulysses bench 8B 128K: done" || note "ulysses bench 8B 128K: FAIL"
+  tail -8 "$OUT/ulysses_8b_128k.log"
+  python3 bench/peers/hf_llama_step.py --shape llama-3.1-8b --seq 65536 --warmup 0 --steps 1 \
+     --json "$OUT/hf_8b_64k.json" > "$OUT/hf_8b_64k.log" 2>&1; note "hf peer 8B 64K: $(tail -1 "$OUT/hf_8b_64k.log")"
+  "$B/ulysses" bench --backend cuda --shape llama-3.1-8b --seq 1000000 --no-optimizer --checkpoint \
+     > "$OUT/refuse.log" 2>&1; note "8B at 1M tokens with --checkpoint only (exit $?): $(grep error "$OUT/refuse.log")"
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
+
 if [ "$MODE" = train ]; then
   # Training on the GPU: a short run at sp = 1 and at sp = 2 (two ranks on the one GPU), then the
   # checkpoint's model/ folder loaded in transformers gives the engine's loss.
