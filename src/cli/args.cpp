@@ -121,6 +121,18 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   }
 }
 
+double Args::get_double(const std::string& name, double fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || it->second.empty()) return fallback;
+  try {
+    size_t used = 0;
+    const double v = std::stod(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (...) {
+  }
+  ULY_FAIL(command_ << ": option --" << name << " expects a number, got '" << it->second << "'");
+}
+
 std::string Args::usage(const std::string& command, const std::vector<OptionSpec>& specs) {
   std::ostringstream os;
   os << "usage: ulysses " << command << " [options]\n\noptions:\n";

@@ -23,6 +23,7 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback = "") const;
   std::string require(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
   static std::string usage(const std::string& command, const std::vector<OptionSpec>& specs);
 

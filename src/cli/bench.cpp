@@ -56,25 +56,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), S);
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
   const StepOptions options = step_options_from(args);
-  {
-    PlanRequest req;
-    req.config = config;
-    req.seq_len = S;
-    req.sp = mesh.sp_size();
-    req.options = options;
-    req.act_dtype = backend->act_dtype();
-    req.device = backend->device();
-    req.optimizer = optimize;
-    const MemorySnapshot plan = plan_step_memory(req);
-    if (args.has("dry-run")) {
-      std::cout << memory_report(plan, local_tokens(req), config.hidden_size);
-      return 0;
-    }
-    size_t available = backend->device_memory_available();
-    if (args.has("memory-limit"))
-      available = static_cast<size_t>(std::stod(args.get("memory-limit")) * double(size_t(1) << 30));
-    check_plan_fits(req, plan, available, host_memory_available());
-  }
+  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize)) return 0;
 
   LlamaWeights weights(config);
   weights.init_random(*backend, 1234);

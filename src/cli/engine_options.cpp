@@ -53,7 +53,7 @@ int sp_degree_from(const Args& args) { return static_cast<int>(args.get_int("sp"
 namespace ulysses {
 
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           const StepOptions& options) {
+                           const StepOptions& options, bool with_optimizer) {
   PlanRequest req;
   req.config = config;
   req.seq_len = seq_len;
@@ -61,6 +61,7 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   req.options = options;
   req.act_dtype = backend.act_dtype();
   req.device = backend.device();
+  req.optimizer = with_optimizer;
   const MemorySnapshot plan = plan_step_memory(req);
   if (args.has("dry-run")) {
     std::cout << "memory plan: sequence " << seq_len << ", sp " << sp << ", backend " << backend.name() << "\n"
@@ -68,10 +69,8 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
     return true;
   }
   size_t device_available = backend.device_memory_available();
-  if (args.has("memory-limit")) {
-    const double gib = std::stod(args.get("memory-limit"));
-    device_available = static_cast<size_t>(gib * static_cast<double>(size_t(1) << 30));
-  }
+  if (args.has("memory-limit"))
+    device_available = static_cast<size_t>(args.get_double("memory-limit", 0) * static_cast<double>(size_t(1) << 30));
   check_plan_fits(req, plan, device_available, host_memory_available());
   return false;
 }

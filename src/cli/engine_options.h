@@ -20,6 +20,6 @@ int sp_degree_from(const Args& args);  // 0 = all ranks
 // cannot fit the device (or --memory-limit); with --dry-run prints the plan.
 // Returns true when the command should stop after the dry run.
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           const StepOptions& options);
+                           const StepOptions& options, bool with_optimizer = false);
 
 }  // namespace ulysses

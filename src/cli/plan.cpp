@@ -47,7 +47,7 @@ int run_plan(int argc, char** argv) {
             << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"
             << memory_report(m, local_tokens(req), req.config.hidden_size);
   if (args.has("memory-limit")) {
-    const size_t limit = static_cast<size_t>(std::stod(args.get("memory-limit")) * double(size_t(1) << 30));
+    const size_t limit = static_cast<size_t>(args.get_double("memory-limit", 0) * double(size_t(1) << 30));
     check_plan_fits(req, m, limit, host_memory_available());
     std::cout << "fits in " << format_bytes(limit) << "\n";
   }
