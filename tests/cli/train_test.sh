@@ -77,6 +77,19 @@ if [ $rc -ne 0 ] && grep -q "saving checkpoint.*failed.*untouched" disk.log && g
    && [ -f full/checkpoints/step-0000012/COMPLETE ]; then pass "disk full while saving: clear error, last checkpoint kept"
 else fail "disk full while saving (exit $rc)"; tail -3 disk.log; fi
 
+# SIGTERM (as a scheduler sends before killing a job): checkpoint at the step boundary, exit 130, resumable.
+"$ULYSSES" train train.yaml out_dir=term steps=100000 log_every=1000 > term.log 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -s term/metrics.jsonl ] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+last=$(python3 -c "import json; print(max(json.loads(l)['step'] for l in open('term/metrics.jsonl') if 'loss' in l))")
+if [ $rc -eq 130 ] && [ -f "term/checkpoints/$(cat term/checkpoints/latest 2>/dev/null)/COMPLETE" ] &&
+   grep -q "step-$(printf %07d "$last")" term/checkpoints/latest; then
+  pass "SIGTERM: checkpoint at step $last, exit 130"
+else fail "SIGTERM handling (exit $rc)"; tail -3 term.log; fi
+
 # Bad input.
 mkdir -p empty
 expect_error "empty corpus" "(empty|no document|no text|no files)" "$ULYSSES" prepare --input empty --out d2
