@@ -24,6 +24,23 @@ trap "exit 143" TERM INT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 
+if [ "$MODE" = plan ]; then
+  # The memory plan against the measured pools on the GPU (same binary, same options).
+  for cfg in "llama-3.1-8b 32768 --no-optimizer --checkpoint --tiled-loss --tiled-mlp" \
+             "llama-3.2-1b 16384 --checkpoint --tiled-loss --tiled-mlp" \
+             "llama-3.2-1b 16384 --offload-checkpoints=8 --tiled-loss=512"; do
+    set -- $cfg
+    shape=$1 seq=$2
+    shift 2
+    planned=$("$B/ulysses" bench --backend cuda --shape "$shape" --seq "$seq" "$@" --dry-run | grep "peak  *device" | sed 's/.*(\([0-9]*\) bytes).*/\1/')
+    measured=$("$B/ulysses" bench --backend cuda --shape "$shape" --seq "$seq" "$@" --warmup 0 --steps 1 2>&1 \
+               | grep BENCH_JSON | sed 's/.*"peak_device_bytes":\([0-9]*\).*/\1/')
+    note "plan vs measured, $shape $seq $*: planned $planned, measured $measured bytes"
+  done
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
+
 if [ "$MODE" = long ]; then
   # Long context on one GPU: Llama-3.1-8B forward + backward at 128K tokens with all memory options
   # (transformers OOMs at 64K, DESIGN.md §6), transformers at 64K in the same run, and a step that

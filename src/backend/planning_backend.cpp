@@ -1,5 +1,7 @@
 #include "backend/planning_backend.h"
 
+#include "backend/cuda_attention_workspace.h"
+
 namespace ulysses {
 namespace {
 
@@ -7,6 +9,9 @@ class PlanningBackend final : public Backend {
  public:
   PlanningBackend(DType act, Device device) : act_(act), device_(device) {
     set_pools(std::make_unique<MemoryPools>(host_allocator(), host_allocator(), /*planning=*/true));
+    // What the CUDA backend itself holds in its pools: a one-double result slot
+    // from construction on, and the attention backward workspace (below).
+    if (device_ == Device::CUDA) scalar_ = empty({1}, DType::F64);
   }
   Device device() const override { return device_; }
   std::string name() const override { return "plan"; }
@@ -24,8 +29,16 @@ class PlanningBackend final : public Backend {
   void rope_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void attention_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          double) override {}
-  void attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                          const Tensor&, const Tensor&, const Tensor&, double) override {}
+  void attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor& q,
+                          const Tensor&, const Tensor&, const Tensor&, double) override {
+    if (device_ != Device::CUDA) return;
+    // The CUDA backend keeps its workspace and grows it (freeing the old one first) when a call needs more.
+    const size_t ws = cuda_attention_backward_workspace_bytes(q.dim(0), q.dim(1), q.dim(2));
+    if (!workspace_.defined() || workspace_.nbytes() < ws) {
+      workspace_ = Tensor();
+      workspace_ = empty({static_cast<int64_t>(ws)}, DType::U8);
+    }
+  }
   void swiglu_forward(Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void cross_entropy_forward_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
@@ -38,6 +51,7 @@ class PlanningBackend final : public Backend {
  private:
   DType act_;
   Device device_;
+  Tensor scalar_, workspace_;
 };
 
 }  // namespace

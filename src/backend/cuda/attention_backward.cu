@@ -12,6 +12,7 @@
 #include "backend/cuda/attention_backward_kernel.cuh"
 #include "backend/cuda/attention_launch.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda_attention_workspace.h"
 
 namespace ulysses::cuda {
 namespace {
@@ -26,6 +27,13 @@ int bwd_query_tile(int64_t d) {
     default: return BwdConfig<128>::BR;
   }
 }
+
+// The planner counts this workspace from backend/cuda_attention_workspace.h.
+static_assert(BwdConfig<16>::BR == cuda_attention_bwd_query_tile(16) &&
+                  BwdConfig<32>::BR == cuda_attention_bwd_query_tile(32) &&
+                  BwdConfig<64>::BR == cuda_attention_bwd_query_tile(64) &&
+                  BwdConfig<128>::BR == cuda_attention_bwd_query_tile(128),
+              "backend/cuda_attention_workspace.h is out of date");
 
 constexpr int kSufminThreads = 512;
 
@@ -117,7 +125,10 @@ void run_backward(__nv_bfloat16* dq, attn::BwdParams p, const __nv_bfloat16* out
 
 size_t attention_backward_workspace_bytes(int64_t S, int64_t H, int64_t Hkv, int64_t d) {
   attn_host::check_shapes("cuda::attention_backward_workspace_bytes", S, H, Hkv, d, 1.0);
-  return workspace_layout(S, H, d).total;
+  const size_t total = workspace_layout(S, H, d).total;
+  ULY_CHECK(total == cuda_attention_backward_workspace_bytes(S, H, d),
+            "backend/cuda_attention_workspace.h disagrees with the workspace layout");
+  return total;
 }
 
 void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
