@@ -1,8 +1,10 @@
 // EXPECT_ERROR(statement, "part", ...): the statement throws ulysses::Error whose
 // message contains every part and is one line (what the CLI prints).
+// expect_error(fn): the message of the ulysses::Error fn throws (a failure if none).
 #pragma once
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,3 +22,17 @@
       EXPECT_EQ(e.message().find('\n'), std::string::npos) << "not one line: " << e.message(); \
     }                                                                                          \
   } while (0)
+
+namespace ulysses::test {
+
+inline std::string expect_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ::ulysses::Error& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "no ulysses::Error thrown";
+  return "";
+}
+
+}  // namespace ulysses::test

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "comm/communicator.h"
+#include "expect_error.h"
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/permutation.h"
@@ -14,6 +15,7 @@
 
 namespace fs = std::filesystem;
 using namespace ulysses;
+using ulysses::test::expect_error;
 
 namespace {
 
@@ -68,16 +70,6 @@ LoaderOptions options(std::vector<std::string> shards, int64_t S, bool shuffle, 
   o.shuffle = shuffle;
   o.seed = seed;
   return o;
-}
-
-std::string expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ulysses::Error thrown";
-  return "";
 }
 
 bool same(const TokenBatch& a, const TokenBatch& b) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "expect_error.h"
 #include "core/error.h"
 #include "data/prepare.h"
 #include "io/token_shard.h"
@@ -16,18 +17,9 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace ulysses;
+using ulysses::test::expect_error;
 
 namespace {
-
-std::string expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ulysses::Error thrown";
-  return "";
-}
 
 void write_file(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

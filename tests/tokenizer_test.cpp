@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "expect_error.h"
 #include "io/tokenizer.h"
 #include "io/tokenizer_parts.h"
 #include "io/tokenizer_unicode.h"
@@ -20,6 +21,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace ulysses;
+using ulysses::test::expect_error;
 
 namespace {
 
@@ -57,16 +59,6 @@ std::string show(const std::string& s) { return json(s).dump(); }
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
-}
-
-std::string expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ulysses::Error thrown";
-  return "";
 }
 
 }  // namespace

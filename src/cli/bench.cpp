@@ -39,14 +39,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
     std::cout << Args::usage("bench", specs);
     return 0;
   }
-  ModelConfig config;
-  if (args.has("model")) {
-    config = load_hf_config(args.require("model") + "/config.json");
-  } else {
-    const std::string shape = args.require("shape");
-    ULY_CHECK(named_model_config(shape, &config), "bench: unknown --shape '" << shape << "'");
-  }
-  if (args.has("layers")) config.num_hidden_layers = args.get_int("layers", config.num_hidden_layers);
+  ModelConfig config = model_config_from(args, "bench");
   const int64_t S = args.get_int("seq", 32768), B = args.get_int("batch", 1);
   const int64_t steps = args.get_int("steps", 3), warmup = args.get_int("warmup", 1);
   ULY_CHECK(S > 0 && B > 0 && steps > 0 && warmup >= 0, "bench: --seq, --batch, --steps must be positive");

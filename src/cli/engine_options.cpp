@@ -46,6 +46,19 @@ std::unique_ptr<Backend> backend_from(const Args& args, int world_rank) {
   ULY_FAIL("unknown --backend '" << b << "' (choose cpu or cuda)");
 }
 
+ModelConfig model_config_from(const Args& args, const std::string& command) {
+  ModelConfig config;
+  if (args.has("model")) {
+    config = load_hf_config(args.require("model") + "/config.json");
+  } else {
+    const std::string shape = args.require("shape");
+    ULY_CHECK(named_model_config(shape, &config),
+              command << ": unknown --shape '" << shape << "' (known: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny)");
+  }
+  if (args.has("layers")) config.num_hidden_layers = args.get_int("layers", config.num_hidden_layers);
+  return config;
+}
+
 int sp_degree_from(const Args& args) { return static_cast<int>(args.get_int("sp", 0)); }
 
 }  // namespace ulysses

@@ -15,6 +15,8 @@ StepOptions step_options_from(const Args& args);
 // "cpu" (default) or "cuda"; on cuda each rank takes GPU (node-local rank) % (visible GPUs).
 std::unique_ptr<Backend> backend_from(const Args& args, int world_rank);
 int sp_degree_from(const Args& args);  // 0 = all ranks
+// --model DIR (its config.json) or --shape NAME, then --layers N if given.
+ModelConfig model_config_from(const Args& args, const std::string& command);
 
 // Plans the step's memory (exact dry run) and refuses, with advice, a step that
 // cannot fit the device (or --memory-limit); with --dry-run prints the plan.

@@ -26,14 +26,7 @@ int run_plan(int argc, char** argv) {
     return 0;
   }
   PlanRequest req;
-  if (args.has("model")) {
-    req.config = load_hf_config(args.require("model") + "/config.json");
-  } else {
-    const std::string shape = args.require("shape");
-    ULY_CHECK(named_model_config(shape, &req.config),
-              "plan: unknown --shape '" << shape << "' (known: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny)");
-  }
-  if (args.has("layers")) req.config.num_hidden_layers = args.get_int("layers", req.config.num_hidden_layers);
+  req.config = model_config_from(args, "plan");
   req.seq_len = args.get_int("seq", 0);
   ULY_CHECK(req.seq_len > 0, "plan: give the sequence length with --seq TOKENS");
   req.sp = std::max(1, sp_degree_from(args));
