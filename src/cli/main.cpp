@@ -3,6 +3,8 @@
 // line and a non-zero exit on every rank (aborting the others, never hanging).
 #include <cstring>
 #include <iostream>
+#include <sstream>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -59,13 +61,15 @@ int main(int argc, char** argv) {
     finalize_world_communicator();
     return code;
   } catch (const Error& e) {
-    std::cerr << "ulysses " << command << ": error: " << e.message();
-    if (process_world_size() > 1) std::cerr << " (rank " << process_rank() << ")";
-    std::cerr << std::endl;
+    std::ostringstream line;  // one write per message: ranks sharing a terminal do not interleave mid-line
+    line << "ulysses " << command << ": error: " << e.message();
+    if (process_world_size() > 1) line << " (rank " << process_rank() << ")";
+    line << '\n';
+    std::cerr << line.str() << std::flush;
     if (world && world->size() > 1) world->abort(1);
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "ulysses " << command << ": internal error: " << e.what() << std::endl;
+    std::cerr << ("ulysses " + command + ": internal error: " + e.what() + "\n") << std::flush;
     if (world && world->size() > 1) world->abort(1);
     return 1;
   }

@@ -17,11 +17,13 @@
 #include "comm/mpi_communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -30,6 +32,23 @@ namespace ulysses {
 namespace {
 
 size_t g_max_count = INT_MAX;
+MPI_Comm g_failure_channel = MPI_COMM_NULL;
+// How long a failing rank waits for the others to fail too before ending the job.
+constexpr double kFailTogetherSeconds = 3.0;
+
+// Returns when every rank has entered the failure barrier (they all failed) or
+// after kFailTogetherSeconds (some did not: MPI_Abort must end them).
+void wait_for_failing_peers() {
+  if (g_failure_channel == MPI_COMM_NULL) return;
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(g_failure_channel, &request) != MPI_SUCCESS) return;
+  const double deadline = MPI_Wtime() + kFailTogetherSeconds;
+  int done = 0;
+  while (!done && MPI_Wtime() < deadline) {
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
 constexpr size_t kScratchBytes = size_t{256} << 20;  // reduce_scatter split path
 
 MPI_Datatype mpi_type(DType t) {
@@ -318,6 +337,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   [[noreturn]] void abort(int exit_code) override {
+    wait_for_failing_peers();
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
   }
@@ -341,6 +361,8 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void set_mpi_failure_channel(MPI_Comm comm) { g_failure_channel = comm; }
 
 std::string mpi_error_string(int rc) {
   char buf[MPI_MAX_ERROR_STRING];

@@ -16,6 +16,13 @@ namespace ulysses {
 // MPI_Finalize). Sets MPI_ERRORS_RETURN on it so failures become ulysses::Error.
 std::unique_ptr<Communicator> wrap_mpi_communicator(MPI_Comm comm, bool owned);
 
+// A communicator over all processes reserved for failing together: abort()
+// first waits (a bounded time) on a non-blocking barrier over it, so that when
+// every rank hits the same error each prints its message before MPI_Abort ends
+// the job. Kept apart from the world that carries the step's collectives, so
+// the barrier never matches a collective a healthy rank is blocked in.
+void set_mpi_failure_channel(MPI_Comm comm);
+
 // MPI counts are int: a call moving more elements than this per count argument
 // is split into several MPI calls. Defaults to INT_MAX; tests lower it to run
 // the split paths on small buffers. Not thread-safe; set it on every rank alike.

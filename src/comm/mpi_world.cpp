@@ -39,6 +39,10 @@ std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
   MPI_Comm dup = MPI_COMM_NULL;
   ULY_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup(MPI_COMM_WORLD)");
   auto world = wrap_mpi_communicator(dup, /*owned=*/true);
+  MPI_Comm failure_channel = MPI_COMM_NULL;  // freed by MPI_Finalize
+  ULY_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &failure_channel), "MPI_Comm_dup(MPI_COMM_WORLD)");
+  MPI_Comm_set_errhandler(failure_channel, MPI_ERRORS_RETURN);
+  set_mpi_failure_channel(failure_channel);
   set_process_identity(world->rank(), world->size());
   // Each process alone in its own world means the launcher and the MPI library we
   // linked do not speak the same protocol (e.g. MPICH's mpiexec starting an Open MPI binary).
@@ -55,6 +59,7 @@ void finalize_world_communicator() {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) return;
+  set_mpi_failure_channel(MPI_COMM_NULL);
   ULY_MPI_CHECK(MPI_Finalize(), "MPI_Finalize");
 }
 
