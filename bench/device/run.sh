@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks and measures, in one call:
-#   bench/device/run.sh [BUILD_DIR] [quick]
+#   bench/device/run.sh [BUILD_DIR] [MODE]
+# MODE: full (default: CUDA tests, fixtures, attention bench, 8B vs transformers, 1B with AdamW),
+# quick (tests and fixtures only), verify (tests, fixtures in fp32 and bf16, memory arena A/B,
+# offload), compare (8B vs transformers, plan vs measured over three steps), plan, long, train.
 # BUILD_DIR holds binaries built on the development machine (carried over);
 # results and logs go under $OUT. Prints a summary last.
 set -u
@@ -25,7 +28,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 cat "$OUT/gpu.txt"
 
 if [ "$MODE" = plan ]; then
-  # The memory plan against the measured pools on the GPU (same binary, same options).
+  # The memory plan against the measured pools on the GPU (same binary, same options), the measured
+  # peak taken over three steps (the plan must hold in every step, not only the first).
   for cfg in "llama-3.1-8b 32768 --no-optimizer --checkpoint --tiled-loss --tiled-mlp" \
              "llama-3.2-1b 16384 --checkpoint --tiled-loss --tiled-mlp" \
              "llama-3.2-1b 16384 --offload-checkpoints=8 --tiled-loss=512"; do
@@ -33,10 +37,65 @@ if [ "$MODE" = plan ]; then
     shape=$1 seq=$2
     shift 2
     planned=$("$B/ulysses" bench --backend cuda --shape "$shape" --seq "$seq" "$@" --dry-run | grep "peak  *device" | sed 's/.*(\([0-9]*\) bytes).*/\1/')
-    measured=$("$B/ulysses" bench --backend cuda --shape "$shape" --seq "$seq" "$@" --warmup 0 --steps 1 2>&1 \
+    measured=$("$B/ulysses" bench --backend cuda --shape "$shape" --seq "$seq" "$@" --warmup 1 --steps 2 2>&1 \
                | grep BENCH_JSON | sed 's/.*"peak_device_bytes":\([0-9]*\).*/\1/')
     note "plan vs measured, $shape $seq $*: planned $planned, measured $measured bytes"
   done
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
+
+if [ "$MODE" = verify ]; then
+  # The CUDA tests; loss-grad in fp32 against the float64 fixtures at the CPU's tolerances (1 and 2 ranks)
+  # and in bf16; the reserved-memory arena against per-tensor cudaMalloc on the 8B shape (A/B, same run);
+  # checkpoint offload with asynchronous copies against keeping checkpoints on the device; plan vs measured.
+  T=timeout
+  if $T 120 bash bench/device/run_cuda_tests.sh "$B" > "$OUT/cuda_tests.log" 2>&1; then note "cuda tests: PASS"
+  else note "cuda tests: FAIL (see cuda_tests.log)"; fi
+  tail -12 "$OUT/cuda_tests.log"
+  for np in 1 2; do
+    L=""; [ $np = 2 ] && L="mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+    $T 90 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --launcher "$L" \
+      --extra-args "--backend cuda --dtype fp32" > "$OUT/fixtures_cuda_fp32_np$np.log" 2>&1 \
+      && note "fixtures, cuda fp32, np $np, tolerances 1e-5/1e-4: PASS" || note "fixtures, cuda fp32, np $np: FAIL"
+    tail -8 "$OUT/fixtures_cuda_fp32_np$np.log"
+  done
+  $T 60 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --extra-args "--backend cuda" \
+    --loss-tol 1e-2 --grad-tol 5e-2 > "$OUT/fixtures_cuda_bf16.log" 2>&1
+  note "fixtures, cuda bf16: $(tail -1 "$OUT/fixtures_cuda_bf16.log")"
+  for r in "" "--no-reserve"; do
+    $T 180 "$B/ulysses" bench --backend cuda --shape llama-3.1-8b --seq 32768 --no-optimizer --checkpoint --tiled-loss \
+      --tiled-mlp --warmup 1 --steps 2 $r > "$OUT/bench_8b_32k$r.log" 2>&1
+    note "8B 32K fwd+bwd ${r:-reserved}: $(grep -E 'step time|tokens/s' "$OUT/bench_8b_32k$r.log" | tr -s ' ' | tr '\n' ' ') $(grep 'memory arena' "$OUT/bench_8b_32k$r.log")"
+  done
+  for o in "--checkpoint" "--offload-checkpoints"; do
+    $T 60 "$B/ulysses" bench --backend cuda --shape llama-3.2-1b --seq 16384 $o --tiled-loss --tiled-mlp --steps 2 \
+      > "$OUT/bench_1b_16k$o.log" 2>&1
+    planned=$($T 30 "$B/ulysses" bench --backend cuda --shape llama-3.2-1b --seq 16384 $o --tiled-loss --tiled-mlp --dry-run | grep "peak  *device" | sed 's/.*(\([0-9]*\) bytes).*/\1/')
+    note "1B 16K AdamW $o: $(grep -E 'step time|tokens/s' "$OUT/bench_1b_16k$o.log" | tr -s ' ' | tr '\n' ' ') planned $planned measured $(grep BENCH_JSON "$OUT/bench_1b_16k$o.log" | sed 's/.*"peak_device_bytes":\([0-9]*\).*/\1/') $(grep 'memory arena' "$OUT/bench_1b_16k$o.log")"
+  done
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
+
+if [ "$MODE" = compare ]; then
+  # The engine next to transformers on the 8B shape at 32K (same run), the backend test, and the plan
+  # against the peak measured over three steps for the 1B shape.
+  timeout 60 "$B/tests/cuda_backend_test" > "$OUT/cuda_backend_test.log" 2>&1 \
+    && note "cuda_backend_test: PASS" || note "cuda_backend_test: FAIL"
+  grep -E "FAILED|PASSED" "$OUT/cuda_backend_test.log" | head -5
+  for o in "--checkpoint --tiled-loss --tiled-mlp" "--offload-checkpoints=8 --tiled-loss=512"; do
+    planned=$("$B/ulysses" bench --backend cuda --shape llama-3.2-1b --seq 16384 $o --dry-run | grep "peak  *device" | sed 's/.*(\([0-9]*\) bytes).*/\1/')
+    measured=$(timeout 60 "$B/ulysses" bench --backend cuda --shape llama-3.2-1b --seq 16384 $o --warmup 1 --steps 2 2>&1 \
+               | grep BENCH_JSON | sed 's/.*"peak_device_bytes":\([0-9]*\).*/\1/')
+    note "plan vs measured over 3 steps, 1B 16K AdamW $o: planned $planned, measured $measured bytes"
+  done
+  timeout 180 "$B/ulysses" bench --backend cuda --shape llama-3.1-8b --seq 32768 --no-optimizer --checkpoint --tiled-loss \
+     --tiled-mlp --steps 2 --json "$OUT/ulysses_8b_32k.json" > "$OUT/ulysses_8b_32k.log" 2>&1 \
+     && note "ulysses 8B 32K: $(grep -E 'step time|tokens/s|peak device' "$OUT/ulysses_8b_32k.log" | tr -s ' ' | tr '\n' ' ')" \
+     || note "ulysses bench 8B 32K: FAIL"
+  timeout 120 python3 bench/peers/hf_llama_step.py --shape llama-3.1-8b --seq 32768 --steps 2 --json "$OUT/hf_8b_32k.json" \
+     > "$OUT/hf_8b_32k.log" 2>&1 && note "hf 8B 32K: $(tail -1 "$OUT/hf_8b_32k.log")" || note "hf peer 8B 32K: FAIL"
   printf '%s\n' "${summary[@]}"
   exit 0
 fi

@@ -32,7 +32,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
-  virtual DType act_dtype() const = 0;   // F32 on cpu, BF16 on cuda
+  virtual DType act_dtype() const = 0;   // F32 on cpu; BF16 (default) or F32 on cuda
   virtual Allocator& allocator() = 0;    // raw device memory behind the device pools
 
   // Host memory for offloaded activations/checkpoints: page-locked on CUDA (fast copies), plain host on CPU.
@@ -51,6 +51,28 @@ class Backend {
   // Bytes the device pools may still take (free device memory; on the CPU backend,
   // the host's available memory), for refusing a step that cannot fit before it starts.
   virtual size_t device_memory_available();
+
+  // Backs the device pools with one block of device_bytes and the host pools with one
+  // of host_bytes, taken now (callers pass the memory plan's peaks), so that a step
+  // never calls the device allocator: cudaFree synchronises the whole device and
+  // pinned host allocation costs milliseconds. Requests beyond a block fall back to
+  // the raw allocators. A no-op where memory is cheap (cpu, the planner).
+  virtual void reserve_memory(size_t device_bytes, size_t host_bytes) {
+    (void)device_bytes;
+    (void)host_bytes;
+  }
+  // One line on the reservation (sizes, high-water marks, fallbacks); empty when there is none.
+  virtual std::string memory_reservation_report() { return ""; }
+
+  // Starts dst <- src (same dtype and element count, host and/or device) on a transfer
+  // stream, after all work enqueued so far; both tensors must stay alive and unchanged
+  // until wait_transfer(id). Backends without streams copy at once and return 0.
+  virtual uint64_t copy_async(Tensor& dst, const Tensor& src) {
+    copy(dst, src);
+    return 0;
+  }
+  // Work enqueued after this call runs after transfer `id` completed. Each id is waited once.
+  virtual void wait_transfer(uint64_t id) { (void)id; }
 
   virtual void zero(Tensor& t) = 0;
   // dst and src: same numel; any of host/device on either side; float dtypes are converted.
@@ -106,9 +128,15 @@ class Backend {
 // The host's available memory (MemAvailable), for the host pools.
 size_t host_memory_available();
 
-std::unique_ptr<Backend> make_cpu_backend();
+// lagging_transfers: copy_async() leaves its destination NaN until wait_transfer()
+// copies, as a transfer stream that runs late would; tests use it to show that
+// every asynchronous copy is waited for before its data is used.
+std::unique_ptr<Backend> make_cpu_backend(bool lagging_transfers = false);
 // Throws a clear error when the build has no CUDA or no GPU is visible.
-std::unique_ptr<Backend> make_cuda_backend(int device_index);
+// act_dtype: BF16 (training) or F32 (checking against float64 references).
+std::unique_ptr<Backend> make_cuda_backend(int device_index, DType act_dtype = DType::BF16);
 bool cuda_backend_compiled_in();
+// The GPU a process with this node-local rank uses: local_rank % visible GPUs.
+int cuda_device_for_local_rank(int local_rank);
 
 }  // namespace ulysses

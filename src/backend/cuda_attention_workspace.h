@@ -18,4 +18,11 @@ constexpr size_t cuda_attention_backward_workspace_bytes(int64_t S, int64_t H, i
   return align(size_t(S) * size_t(H) * size_t(d) * 4) + align(size_t(H) * size_t(S) * 4) + 2 * align(nqb * 4);
 }
 
+// The float32 kernels (attention_fp32.cu): D [H, S] f32, then the suffix
+// minimum of doc_start [S] int32, each 256-byte aligned; nothing when S == 0.
+constexpr size_t cuda_attention_f32_backward_workspace_bytes(int64_t S, int64_t H) {
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  return S == 0 ? 0 : align(size_t(H) * size_t(S) * 4) + align(size_t(S) * 4);
+}
+
 }  // namespace ulysses

@@ -9,8 +9,8 @@ class PlanningBackend final : public Backend {
  public:
   PlanningBackend(DType act, Device device) : act_(act), device_(device) {
     set_pools(std::make_unique<MemoryPools>(host_allocator(), host_allocator(), /*planning=*/true));
-    // What the CUDA backend itself holds in its pools: a one-double result slot
-    // from construction on, and the attention backward workspace (below).
+    // What the CUDA backend itself takes from its pools: a one-double result slot
+    // from construction on, and the attention backward's workspace during each call (below).
     if (device_ == Device::CUDA) scalar_ = empty({1}, DType::F64);
   }
   Device device() const override { return device_; }
@@ -32,12 +32,10 @@ class PlanningBackend final : public Backend {
   void attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor& q,
                           const Tensor&, const Tensor&, const Tensor&, double) override {
     if (device_ != Device::CUDA) return;
-    // The CUDA backend keeps its workspace and grows it (freeing the old one first) when a call needs more.
-    const size_t ws = cuda_attention_backward_workspace_bytes(q.dim(0), q.dim(1), q.dim(2));
-    if (!workspace_.defined() || workspace_.nbytes() < ws) {
-      workspace_ = Tensor();
-      workspace_ = empty({static_cast<int64_t>(ws)}, DType::U8);
-    }
+    // The CUDA backend takes its workspace for the call only.
+    const size_t ws = act_ == DType::F32 ? cuda_attention_f32_backward_workspace_bytes(q.dim(0), q.dim(1))
+                                         : cuda_attention_backward_workspace_bytes(q.dim(0), q.dim(1), q.dim(2));
+    if (ws > 0) (void)empty({static_cast<int64_t>(ws)}, DType::U8);  // taken and given back, as around the kernels
   }
   void swiglu_forward(Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
@@ -51,7 +49,7 @@ class PlanningBackend final : public Backend {
  private:
   DType act_;
   Device device_;
-  Tensor scalar_, workspace_;
+  Tensor scalar_;
 };
 
 }  // namespace

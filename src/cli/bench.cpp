@@ -91,7 +91,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
   const MemorySnapshot mem = MemorySnapshot::of(backend->pools());
   nlohmann::json j = {
       {"model_layers", config.num_hidden_layers}, {"hidden", config.hidden_size}, {"seq_len", S}, {"batch", B},
-      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()}, {"optimizer", optimize},
+      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()},
+      {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
@@ -105,6 +106,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
     std::printf("%-28s %.2f%%\n", "MFU", 100.0 * f.useful / t / gpus / kH100PeakBf16Flops);
     std::printf("%-28s %s\n", "peak device memory (pools)", format_bytes(mem.device.peak).c_str());
     std::printf("%-28s %s\n", "peak host memory (pools)", format_bytes(mem.host.peak).c_str());
+    const std::string arena = backend->memory_reservation_report();
+    if (!arena.empty()) std::cout << arena << "\n";
     std::cout << "BENCH_JSON " << j.dump() << std::endl;
     if (args.has("json")) std::ofstream(args.get("json")) << j.dump(2) << "\n";
   }

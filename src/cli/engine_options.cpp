@@ -12,6 +12,8 @@ namespace ulysses {
 std::vector<OptionSpec> engine_option_specs() {
   return {
       {"backend", true, false, "cpu (default) or cuda"},
+      {"dtype", true, false, "compute dtype on cuda: bf16 (default) or fp32 (to check against float64 references); "
+                             "the cpu backend is fp32 only"},
       {"sp", true, false, "sequence-parallel degree (default: all ranks); dp = ranks / sp"},
       {"tiled-mlp", true, true, "run the MLP over N sequence tiles (default N = ceil(local tokens / hidden))"},
       {"tiled-loss", true, true, "lm_head + loss over tiles of this many tokens (default 1024)"},
@@ -22,6 +24,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"memory-limit", true, false, "refuse steps whose planned device peak exceeds this many GiB (default: the "
                                     "device's free memory)"},
       {"memory-report", false, false, "print the measured peak per pool after the step"},
+      {"no-reserve", false, false, "allocate each tensor from the device (cudaMalloc/cudaFree) instead of from one "
+                                   "block per pool reserved at the planned peak"},
   };
 }
 
@@ -41,8 +45,15 @@ StepOptions step_options_from(const Args& args) {
 
 std::unique_ptr<Backend> backend_from(const Args& args, int world_rank) {
   const std::string b = args.get("backend", "cpu");
-  if (b == "cpu") return make_cpu_backend();
-  if (b == "cuda") return make_cuda_backend(node_local_rank(world_rank));
+  const std::string dtype = args.get("dtype", b == "cuda" ? "bf16" : "fp32");
+  ULY_CHECK(dtype == "bf16" || dtype == "fp32", "unknown --dtype '" << dtype << "' (choose bf16 or fp32)");
+  if (b == "cpu") {
+    ULY_CHECK(dtype == "fp32", "--dtype " << dtype << ": the cpu backend computes in fp32 only (it is the reference)");
+    return make_cpu_backend();
+  }
+  if (b == "cuda")
+    return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)),
+                             dtype == "fp32" ? DType::F32 : DType::BF16);
   ULY_FAIL("unknown --backend '" << b << "' (choose cpu or cuda)");
 }
 
@@ -85,6 +96,7 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   if (args.has("memory-limit"))
     device_available = static_cast<size_t>(args.get_double("memory-limit", 0) * static_cast<double>(size_t(1) << 30));
   check_plan_fits(req, plan, device_available, host_memory_available());
+  if (!args.has("no-reserve")) backend.reserve_memory(plan.device.peak, plan.host.peak);
   return false;
 }
 

@@ -237,6 +237,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     if (options_.checkpoint) acts[l] = LayerActs{};
     x = y;
   }
+  store.finish_put();
 
   Tensor dx = be_.empty({N, D}, t);
   const double loss_sum = head_forward_backward(x, targets, grad_scale, dx);

@@ -44,6 +44,7 @@ resume: false           # continue from out_dir's latest complete checkpoint
 save_dtype: float32     # dtype of the saved Hugging Face weights
 sp: 0                   # sequence-parallel degree; 0 = all ranks
 backend: cpu            # cpu or cuda
+dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
 memory:
   tiled_mlp: 1          # MLP sequence tiles; 0 = ceil(tokens / hidden); 1 = off
   tiled_loss: 0         # tokens per lm_head + loss tile; 0 = off
@@ -203,6 +204,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.save_dtype = cfg["save_dtype"];
   c.sp = cfg["sp"];
   c.backend = cfg["backend"];
+  c.dtype = cfg["dtype"];
   const auto& m = cfg["memory"];
   c.memory.mlp_tiles = m["tiled_mlp"];
   c.memory.loss_tile_tokens = m["tiled_loss"];

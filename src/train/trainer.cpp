@@ -83,11 +83,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   ULY_CHECK(cfg.batch_size % mesh.dp_size() == 0,
             "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
                           << " data-parallel groups; choose a multiple of " << mesh.dp_size());
+  ULY_CHECK(cfg.backend == "cpu" || cfg.backend == "cuda", "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
+  ULY_CHECK(cfg.dtype == "bf16" || cfg.dtype == "fp32", "train: unknown dtype '" << cfg.dtype << "' (bf16 or fp32)");
   std::unique_ptr<Backend> backend =
-      cfg.backend == "cuda" ? make_cuda_backend(node_local_rank(world.rank()))
-      : cfg.backend == "cpu" ? make_cpu_backend()
-                             : nullptr;
-  ULY_CHECK(backend != nullptr, "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
+      cfg.backend == "cuda"
+          ? make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world.rank())),
+                              cfg.dtype == "fp32" ? DType::F32 : DType::BF16)
+          : make_cpu_backend();
 
   PlanRequest plan;
   plan.config = mc;
@@ -99,6 +101,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.optimizer = true;
   const MemorySnapshot planned = plan_step_memory(plan);
   check_plan_fits(plan, planned, backend->device_memory_available(), host_memory_available());
+  backend->reserve_memory(planned.device.peak, planned.host.peak);
 
   const bool rank0 = world.rank() == 0;
   const fs::path out_dir = cfg.out_dir;

@@ -18,6 +18,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/attention.h"
 #include "core/error.h"
+#include "cuda/cuda_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -84,22 +85,9 @@ std::vector<float> random_bf16_values(size_t n, uint64_t seed, double range) {
   return v;
 }
 
-// doc_start for documents of the given lengths; the last one runs to S.
-std::vector<int32_t> make_doc_start(int64_t S, const std::vector<int>& lens) {
-  std::vector<int32_t> doc(S);
-  int64_t pos = 0;
-  for (int len : lens) {
-    const int64_t start = pos;
-    for (int x = 0; x < len && pos < S; ++x) doc[pos++] = static_cast<int32_t>(start);
-  }
-  const int64_t start = pos;
-  while (pos < S) doc[pos++] = static_cast<int32_t>(start);
-  return doc;
-}
-
 struct Case {
   int64_t S, H, Hkv, d;
-  std::vector<int> doc_lens;  // empty: one document
+  std::vector<int64_t> doc_lens;  // empty: one document
   double q_range = 1.0;       // larger: sharper softmax
 };
 
@@ -125,7 +113,7 @@ void run_case(const Case& c) {
   const auto k = random_bf16_values(nk, seed + 1, 1.0);
   const auto v = random_bf16_values(nk, seed + 2, 1.0);
   const auto dout = random_bf16_values(nq, seed + 3, 1.0);
-  const auto doc = make_doc_start(S, c.doc_lens);
+  const auto doc = ulysses::cuda_test::doc_start_of_lengths(S, c.doc_lens);
 
   std::vector<float> out_ref(nq), lse_ref(nl);
   ulysses::cpu::attention_forward<float>(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), doc.data(), S,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cuda/cuda_test_util.h"
 
@@ -385,6 +386,108 @@ TEST_F(CudaBackendTest, AllocatorAccountingAndOutOfMemory) {
   EXPECT_GE(p.peak_bytes(), pb + (1u << 20));
   p.deallocate(mem, 1 << 20);
   EXPECT_EQ(p.current_bytes(), pb);
+}
+
+TEST_F(CudaBackendTest, ReservedMemoryServesTensorsWithoutTheDeviceAllocator) {
+  Allocator& raw = cuda::device_allocator(0);
+  gpu->reserve_memory(size_t{64} << 20, size_t{8} << 20);
+  const size_t raw_after_reserve = raw.current_bytes();
+  {
+    std::vector<Tensor> live;
+    for (int i = 0; i < 200; ++i) {
+      live.push_back(gpu->empty({(i % 17 + 1) * 3000}, DType::F32));
+      if (i % 3 == 0) live.erase(live.begin());
+    }
+    Tensor pinned = gpu->empty({1 << 18}, DType::F32, Pool::HostCheckpoints);
+    EXPECT_EQ(raw.current_bytes(), raw_after_reserve) << "tensors must come from the reserved block";
+    // Values survive in arena memory: round trip through a piece.
+    const Tensor h = host_random({4096}, 90);
+    Tensor d = dev(h, DType::F32);
+    EXPECT_EQ(test::rel_error(to_host(d), h), 0.0);
+  }
+  const std::string report = gpu->memory_reservation_report();
+  EXPECT_NE(report.find("0 fallbacks"), std::string::npos) << report;
+  {
+    Tensor big = gpu->empty({int64_t{1} << 26}, DType::F32);  // 256 MiB: more than the block
+    EXPECT_GT(raw.current_bytes(), raw_after_reserve) << "a tensor beyond the block falls back to the device";
+  }
+  EXPECT_NE(gpu->memory_reservation_report().find("1 fallbacks"), std::string::npos)
+      << gpu->memory_reservation_report();
+}
+
+TEST_F(CudaBackendTest, AsyncCopiesAreOrderedAfterTheComputeStreamAndBeforeTheirWaiters) {
+  gpu->reserve_memory(size_t{512} << 20, size_t{512} << 20);
+  // A large GEMM, then an async copy of its result: the copy must see the finished product.
+  const int64_t n = 2048;
+  Tensor A = dev(host_random({n, n}, 91), DType::BF16), B = dev(host_random({n, n}, 92), DType::BF16);
+  Tensor C = gpu->empty({n, n}, DType::F32);
+  gpu->matmul(C, A, B, false, false);
+  Tensor pinned = gpu->empty({n, n}, DType::F32, Pool::HostCheckpoints);
+  const uint64_t out_id = gpu->copy_async(pinned, C);
+  EXPECT_NE(out_id, 0u);
+  gpu->wait_transfer(out_id);
+  gpu->synchronize();
+  EXPECT_EQ(test::rel_error(pinned, to_host(C)), 0.0) << "the copy out ran before the GEMM finished";
+  // Back in: a kernel enqueued after wait_transfer sees the copied data.
+  Tensor back = poisoned({n, n}, DType::F32);
+  const uint64_t in_id = gpu->copy_async(back, pinned);
+  gpu->wait_transfer(in_id);
+  EXPECT_DOUBLE_EQ(gpu->sum(back), gpu->sum(C));
+  EXPECT_THROW(gpu->wait_transfer(in_id), Error) << "each transfer is waited for once";
+  // Many in flight at once, each to its own slot.
+  std::vector<Tensor> src, dst;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 16; ++i) {
+    src.push_back(dev(host_random({65536}, 100 + i), DType::BF16));
+    dst.push_back(gpu->empty({65536}, DType::BF16, Pool::HostCheckpoints));
+    ids.push_back(gpu->copy_async(dst.back(), src.back()));
+  }
+  for (uint64_t id : ids) gpu->wait_transfer(id);
+  gpu->synchronize();
+  for (int i = 0; i < 16; ++i) {
+    Tensor h = Tensor::empty({65536}, DType::F32);
+    gpu->copy(h, dst[i]);
+    EXPECT_EQ(test::rel_error(h, to_host(src[i])), 0.0) << "transfer " << i;
+  }
+}
+
+TEST_F(CudaBackendTest, Fp32BackendAttentionMatchesCpuTightly) {
+  auto gpu32 = make_cuda_backend(0, DType::F32);
+  EXPECT_EQ(gpu32->act_dtype(), DType::F32);
+  for (int64_t d : {8, 64}) {
+    const int64_t S = 80, H = 4, Hkv = 2;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<int32_t> ds(S);
+    for (int64_t i = 0; i < S; ++i) ds[i] = i < 30 ? 0 : 30;
+    const Tensor q = host_random({S, H, d}, 110), k = host_random({S, Hkv, d}, 111), v = host_random({S, Hkv, d}, 112),
+                 dout = host_random({S, H, d}, 113);
+    auto up = [&](const Tensor& h) {
+      Tensor t = gpu32->empty(h.shape(), DType::F32);
+      gpu32->copy(t, h);
+      return t;
+    };
+    auto down = [&](const Tensor& t) {
+      Tensor h = Tensor::empty(t.shape(), DType::F32);
+      gpu32->copy(h, t);
+      return h;
+    };
+    Tensor out = gpu32->empty({S, H, d}, DType::F32), lse = gpu32->empty({H, S}, DType::F32);
+    const Tensor gq = up(q), gk = up(k), gv = up(v);
+    gpu32->attention_forward(out, lse, gq, gk, gv, host_i32(ds), scale);
+    Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
+    cpu->attention_forward(rout, rlse, q, k, v, host_i32(ds), scale);
+    EXPECT_LE(test::rel_error(down(out), rout), 1e-5) << "d " << d;
+    EXPECT_LE(test::rel_error(down(lse), rlse), 1e-5) << "d " << d;
+    Tensor dq = gpu32->empty({S, H, d}, DType::F32), dk = gpu32->empty({S, Hkv, d}, DType::F32),
+           dv = gpu32->empty({S, Hkv, d}, DType::F32);
+    gpu32->attention_backward(dq, dk, dv, up(dout), out, lse, gq, gk, gv, host_i32(ds), scale);
+    Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
+           rv = Tensor::empty({S, Hkv, d}, DType::F32);
+    cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, host_i32(ds), scale);
+    EXPECT_LE(test::rel_error(down(dq), rq), 1e-5) << "d " << d;
+    EXPECT_LE(test::rel_error(down(dk), rk), 1e-5) << "d " << d;
+    EXPECT_LE(test::rel_error(down(dv), rv), 1e-5) << "d " << d;
+  }
 }
 
 TEST_F(CudaBackendTest, OptimizerExtras) {

@@ -125,6 +125,19 @@ class CudaTest : public ::testing::Test {
   cudaStream_t stream = nullptr;
 };
 
+// doc_start for documents of the given lengths (cut at S); the last one runs to S.
+inline std::vector<int32_t> doc_start_of_lengths(int64_t S, const std::vector<int64_t>& lens) {
+  std::vector<int32_t> doc(static_cast<size_t>(S));
+  int64_t pos = 0;
+  for (int64_t len : lens) {
+    const int64_t start = pos;
+    for (int64_t x = 0; x < len && pos < S; ++x) doc[pos++] = static_cast<int32_t>(start);
+  }
+  const int64_t start = pos;
+  while (pos < S) doc[pos++] = static_cast<int32_t>(start);
+  return doc;
+}
+
 }  // namespace ulysses::cuda_test
 
 // Checks that `out` has no NaN (every element written over the poison) and is within tol of ref.

@@ -6,6 +6,7 @@
 // targets, doc_start) are int32; inv_freq is float32.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -63,6 +64,7 @@ T* ptr(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(bool lagging_transfers) : lagging_transfers_(lagging_transfers) {}
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "cpu"; }
   DType act_dtype() const override { return DType::F32; }
@@ -470,10 +472,39 @@ class CpuBackend final : public Backend {
         cpu::rope_backward(ptr<T>(out), ptr<T>(x), ptr<int32_t>(pos), ptr<float>(inv_freq), N, H, d);
     });
   }
+
+  // Lagging transfers: the destination reads as NaN until wait_transfer() makes the copy.
+  uint64_t copy_async(Tensor& dst, const Tensor& src) override {
+    if (!lagging_transfers_) return Backend::copy_async(dst, src);
+    ULY_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+              "copy_async: " << dst.describe() << " <- " << src.describe() << ": one dtype and one element count");
+    std::memset(dst.raw(), 0xFF, dst.nbytes());  // all-ones bytes are NaN in every float dtype
+    lagging_[next_transfer_] = {dst.raw(), src.raw(), dst.nbytes()};
+    return next_transfer_++;
+  }
+  void wait_transfer(uint64_t id) override {
+    if (!lagging_transfers_ || id == 0) return;
+    auto it = lagging_.find(id);
+    ULY_CHECK(it != lagging_.end(), "wait_transfer: transfer " << id << " is unknown or was already waited for");
+    std::memcpy(it->second.dst, it->second.src, it->second.bytes);
+    lagging_.erase(it);
+  }
+
+ private:
+  struct Lagging {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  bool lagging_transfers_;
+  std::map<uint64_t, Lagging> lagging_;
+  uint64_t next_transfer_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(bool lagging_transfers) {
+  return std::make_unique<CpuBackend>(lagging_transfers);
+}
 
 }  // namespace ulysses

@@ -2,6 +2,7 @@
 // The per-op dispatch lives in cuda_backend_ops.cpp.
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/tensor_checks.h"
+#include "backend/device_arch.h"
 #include "core/error.h"
 
 namespace ulysses {
@@ -42,28 +44,34 @@ int select_device(int device_index) {
                                                             << cudaGetErrorString(err) << "); run with --backend cpu");
   }
   ULY_CHECK(count > 0, "no CUDA device visible (cudaGetDeviceCount: 0 devices); run with --backend cpu");
-  ULY_CHECK(device_index >= 0, "CUDA device index " << device_index << " is negative");
-  // Ranks beyond the visible GPUs share them round-robin (several ranks on one
-  // GPU is how a single-GPU machine runs sequence parallelism).
-  device_index %= count;
+  ULY_CHECK(device_index >= 0 && device_index < count,
+            "CUDA device index " << device_index << " is out of range: " << count << " device(s) visible");
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
-  ULY_CHECK(prop.major == 9 && prop.minor == 0, "this build targets sm_90a (Hopper); device "
-                                                    << device_index << " is " << prop.name << " sm_" << prop.major
-                                                    << prop.minor);
+  const std::string unsupported = unsupported_gpu_reason(device_index, prop.name, prop.major, prop.minor);
+  ULY_CHECK(unsupported.empty(), unsupported);
   CUDA_CHECK(cudaSetDevice(device_index));
   return device_index;
 }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device_index) : device_index_(select_device(device_index)) {
+CudaBackend::CudaBackend(int device_index, DType act_dtype)
+    : device_index_(select_device(device_index)),
+      act_dtype_(act_dtype),
+      device_arena_(std::make_unique<ArenaAllocator>(device_allocator(device_index_),
+                                                     "cuda:" + std::to_string(device_index_))),
+      host_arena_(std::make_unique<ArenaAllocator>(pinned_host_allocator(), "pinned-host")) {
+  ULY_CHECK(act_dtype == DType::BF16 || act_dtype == DType::F32,
+            "the CUDA backend computes in bfloat16 or float32, not " << dtype_name(act_dtype));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   try {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<CublasLtGemm>(allocator());
     scalar_ = empty({1}, DType::F64);
   } catch (...) {
     gemm_.reset();
+    if (transfer_stream_ != nullptr) cudaStreamDestroy(transfer_stream_);
     cudaStreamDestroy(stream_);
     throw;
   }
@@ -71,17 +79,90 @@ CudaBackend::CudaBackend(int device_index) : device_index_(select_device(device_
 
 CudaBackend::~CudaBackend() {
   // Work still queued may use memory that the members below free.
+  cudaStreamSynchronize(transfer_stream_);
   cudaStreamSynchronize(stream_);
-  attn_ws_ = Tensor();
   scalar_ = Tensor();
   gemm_.reset();
+  for (auto& [id, e] : transfers_) cudaEventDestroy(e);
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+  cudaStreamDestroy(transfer_stream_);
   cudaStreamDestroy(stream_);
 }
 
-Allocator& CudaBackend::allocator() { return device_allocator(device_index_); }
-Allocator& CudaBackend::offload_allocator() { return pinned_host_allocator(); }
+Allocator& CudaBackend::allocator() { return *device_arena_; }
+Allocator& CudaBackend::offload_allocator() { return *host_arena_; }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::reserve_memory(size_t device_bytes, size_t host_bytes) {
+  synchronize();
+  // Slack for the arena's 256-byte rounding and for fragmentation; capped by what
+  // the device has, less room for what grows outside the pools (cuBLASLt, NCCL).
+  constexpr size_t kHeadroom = size_t{512} << 20;
+  size_t want = device_bytes + std::max<size_t>(size_t{64} << 20, device_bytes / 50);
+  const size_t free_b = device_memory_available();
+  if (want + kHeadroom > free_b) want = free_b > kHeadroom ? free_b - kHeadroom : 0;
+  if (want > 0) device_arena_->reserve(want);
+  if (host_bytes > 0) host_arena_->reserve(host_bytes + std::max<size_t>(size_t{64} << 20, host_bytes / 50));
+}
+
+std::string CudaBackend::memory_reservation_report() {
+  auto line = [](const ArenaAllocator& a) {
+    const ArenaAllocator::Stats s = a.stats();
+    return a.name() + " " + format_bytes(s.reserved) + " reserved, " + format_bytes(s.high_water) +
+           " high water, " + std::to_string(s.fallbacks) + " fallbacks (" + format_bytes(s.fallback_bytes) + ")";
+  };
+  std::string r;
+  if (device_arena_->stats().reserved > 0) r = "memory arena: " + line(*device_arena_);
+  if (host_arena_->stats().reserved > 0) r += (r.empty() ? "memory arena: " : "; ") + line(*host_arena_);
+  return r;
+}
+
+cudaEvent_t CudaBackend::take_event() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+uint64_t CudaBackend::copy_async(Tensor& dst, const Tensor& src) {
+  ULY_CHECK(dst.defined() && src.defined(), "copy_async: undefined tensor");
+  ULY_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+            "copy_async: " << dst.describe() << " <- " << src.describe()
+                           << ": asynchronous copies take one dtype and one element count");
+  if (dst.numel() == 0) return 0;
+  if (dst.device() == Device::CPU && src.device() == Device::CPU) {
+    copy(dst, src);
+    return 0;
+  }
+  // The transfer stream starts after everything enqueued so far (src is written, dst's old readers are done).
+  cudaEvent_t ready = take_event();
+  CUDA_CHECK(cudaEventRecord(ready, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(transfer_stream_, ready, 0));
+  spare_events_.push_back(ready);  // the wait has captured it; it may be recorded again
+  CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.nbytes(), cudaMemcpyDefault, transfer_stream_));
+  cudaEvent_t done = take_event();
+  CUDA_CHECK(cudaEventRecord(done, transfer_stream_));
+  const uint64_t id = next_transfer_++;
+  transfers_[id] = done;
+  return id;
+}
+
+void CudaBackend::wait_transfer(uint64_t id) {
+  if (id == 0) return;
+  auto it = transfers_.find(id);
+  ULY_CHECK(it != transfers_.end(), "wait_transfer: transfer " << id << " is unknown or was already waited for");
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
+  spare_events_.push_back(it->second);
+  transfers_.erase(it);
+}
+
+void CudaBackend::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(transfer_stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 size_t CudaBackend::device_memory_available() {
   CUDA_CHECK(cudaSetDevice(device_index_));
@@ -264,8 +345,19 @@ void CudaBackend::matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans
 
 bool cuda_backend_compiled_in() { return true; }
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index) {
-  return std::make_unique<cuda::CudaBackend>(device_index);
+int cuda_device_for_local_rank(int local_rank) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+    cudaGetLastError();
+    return local_rank;  // make_cuda_backend reports the missing GPU
+  }
+  // Ranks beyond the visible GPUs share them round-robin (several ranks on one
+  // GPU is how a single-GPU machine runs sequence parallelism).
+  return local_rank % count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index, DType act_dtype) {
+  return std::make_unique<cuda::CudaBackend>(device_index, act_dtype);
 }
 
 }  // namespace ulysses

@@ -7,29 +7,37 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/gemm.h"
+#include "core/arena_allocator.h"
 
 namespace ulysses::cuda {
 
 class CudaBackend : public Backend {
  public:
   // Throws when no GPU is visible, the index is out of range, or the GPU is not sm_90.
-  explicit CudaBackend(int device_index);
+  // act_dtype: BF16 (bf16 storage, fp32 math) or F32 (fp32 throughout, no TF32).
+  explicit CudaBackend(int device_index, DType act_dtype = DType::BF16);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return "cuda:" + std::to_string(device_index_); }
-  DType act_dtype() const override { return DType::BF16; }
+  DType act_dtype() const override { return act_dtype_; }
   Allocator& allocator() override;
   Allocator& offload_allocator() override;
   void* native_stream() override { return stream_; }
   // Free device memory now (cudaMemGetInfo).
   size_t device_memory_available() override;
+
+  void reserve_memory(size_t device_bytes, size_t host_bytes) override;
+  std::string memory_reservation_report() override;
+  uint64_t copy_async(Tensor& dst, const Tensor& src) override;
+  void wait_transfer(uint64_t id) override;
 
   void zero(Tensor& t) override;
   // Stream-ordered; returns when a host destination holds the data and a host source may be reused.
@@ -81,11 +89,20 @@ class CudaBackend : public Backend {
   std::vector<int32_t> host_int32(const Tensor& t);
   double read_back_scalar();  // reads scalar_ and synchronises
 
+  cudaEvent_t take_event();
+  Tensor attention_workspace(size_t bytes);
+
   int device_index_;
+  DType act_dtype_;
+  // The pools' memory: pass-through until reserve_memory(), then one block each.
+  std::unique_ptr<ArenaAllocator> device_arena_, host_arena_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t transfer_stream_ = nullptr;  // checkpoint offload copies
+  std::vector<cudaEvent_t> spare_events_;
+  std::unordered_map<uint64_t, cudaEvent_t> transfers_;  // id -> recorded when the copy is done
+  uint64_t next_transfer_ = 1;
   std::unique_ptr<CublasLtGemm> gemm_;
   Tensor scalar_;     // one float64 on the device, for reductions
-  Tensor attn_ws_;    // attention backward workspace, grown on demand
 };
 
 }  // namespace ulysses::cuda

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_fp32.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cross_entropy.h"
 #include "backend/cuda/cuda_backend.h"
@@ -201,7 +202,8 @@ struct AttnDims {
 AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_start, const char* op) {
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     need_device(*t, op, name);
-    need_dtype(*t, DType::BF16, op, name);
+    need_act(*t, op, name);
+    need_dtype(*t, q.dtype(), op, name);
     need_ndim(*t, 3, op, name);
     need_aligned16(*t, op, name);
   }
@@ -214,6 +216,12 @@ AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   need_shape(doc_start, {a.S}, op, "doc_start");
   return a;
 }
+void need_attention_lse(const Tensor& lse, const AttnDims& a, const char* op) {
+  need_device(lse, op, "lse");
+  need_dtype(lse, DType::F32, op, "lse");
+  need_shape(lse, {a.H, a.S}, op, "lse");
+}
+
 // The attention kernels take d in {16, 32, 64, 128}; other head sizes (8 in tiny
 // test models, 48, 96, ...) run zero-padded to the next supported size: zero
 // q/k columns add nothing to the scores (the scale stays the caller's) and zero
@@ -243,10 +251,25 @@ void unpad_heads(Backend& be, Tensor& x, const Tensor& y) {
 
 }  // namespace
 
+// The backward's scratch memory, for this call only: with the memory reserved
+// (the default) taking it is free, and a step's peak is then the same in its
+// first and in every later step (the planner mirrors this).
+Tensor CudaBackend::attention_workspace(size_t bytes) {
+  return bytes == 0 ? Tensor{} : empty({static_cast<int64_t>(bytes)}, DType::U8);
+}
+
 void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& doc_start, double scale) {
   const char* op = "attention_forward";
   const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  if (q.dtype() == DType::F32) {
+    need_like(out, q, op, "out", "q");
+    need_attention_lse(lse, a, op);
+    const Tensor ds = device_int32(doc_start, op, "doc_start");
+    attention_forward_f32(ptr<float>(out), ptr<float>(lse), ptr<const float>(q), ptr<const float>(k),
+                          ptr<const float>(v), ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale, stream_);
+    return;
+  }
   if (padded_head_dim(a.d) != a.d) {
     const int64_t dp = padded_head_dim(a.d);
     Tensor out_p = empty({a.S, a.H, dp}, out.dtype());
@@ -257,9 +280,7 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, c
   }
   need_like(out, q, op, "out", "q");
   need_aligned16(out, op, "out");
-  need_device(lse, op, "lse");
-  need_dtype(lse, DType::F32, op, "lse");
-  need_shape(lse, {a.H, a.S}, op, "lse");
+  need_attention_lse(lse, a, op);
   const Tensor ds = device_int32(doc_start, op, "doc_start");
   cuda::attention_forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
                           ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(ds), a.S, a.H,
@@ -271,6 +292,22 @@ void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const T
                                      const Tensor& doc_start, double scale) {
   const char* op = "attention_backward";
   const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  if (q.dtype() == DType::F32) {
+    need_like(dq, q, op, "dq", "q");
+    need_like(dout, q, op, "dout", "q");
+    need_like(out, q, op, "out", "q");
+    need_like(dk, k, op, "dk", "k");
+    need_like(dv, v, op, "dv", "v");
+    need_attention_lse(lse, a, op);
+    const Tensor ds = device_int32(doc_start, op, "doc_start");
+    const size_t ws = attention_backward_f32_workspace_bytes(a.S, a.H, a.Hkv, a.d);
+    const Tensor workspace = attention_workspace(ws);
+    attention_backward_f32(ptr<float>(dq), ptr<float>(dk), ptr<float>(dv), ptr<const float>(dout),
+                           ptr<const float>(out), ptr<const float>(lse), ptr<const float>(q), ptr<const float>(k),
+                           ptr<const float>(v), ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale,
+                           ws > 0 ? workspace.raw() : nullptr, ws, stream_);
+    return;
+  }
   if (padded_head_dim(a.d) != a.d) {
     const int64_t dp = padded_head_dim(a.d);
     Tensor dq_p = empty({a.S, a.H, dp}, dq.dtype()), dk_p = empty({a.S, a.Hkv, dp}, dk.dtype()),
@@ -290,20 +327,15 @@ void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const T
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
                                 {&dout, "dout"}, {&out, "out"}})
     need_aligned16(*t, op, name);
-  need_device(lse, op, "lse");
-  need_dtype(lse, DType::F32, op, "lse");
-  need_shape(lse, {a.H, a.S}, op, "lse");
+  need_attention_lse(lse, a, op);
   const Tensor ds = device_int32(doc_start, op, "doc_start");
   const size_t ws = attention_backward_workspace_bytes(a.S, a.H, a.Hkv, a.d);
-  if (ws > 0 && (!attn_ws_.defined() || attn_ws_.nbytes() < ws)) {
-    attn_ws_ = Tensor();  // free the smaller one first
-    attn_ws_ = empty({static_cast<int64_t>(ws)}, DType::U8);
-  }
+  const Tensor workspace = attention_workspace(ws);
   cuda::attention_backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
                            ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
                            ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
                            ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale,
-                           ws > 0 ? attn_ws_.raw() : nullptr, ws, stream_);
+                           ws > 0 ? workspace.raw() : nullptr, ws, stream_);
 }
 
 void CudaBackend::swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) {
