@@ -3,7 +3,8 @@
 #   bench/device/run.sh [BUILD_DIR] [MODE]
 # MODE: full (default: CUDA tests, fixtures, attention bench, 8B vs transformers, 1B with AdamW),
 # quick (tests and fixtures only), verify (tests, fixtures in fp32 and bf16, memory arena A/B,
-# offload), compare (8B vs transformers, plan vs measured over three steps), plan, long, train.
+# offload), compare (8B vs transformers, plan vs measured over three steps), multigpu (NCCL across
+# the GPUs of one host), plan, long, train.
 # BUILD_DIR holds binaries built on the development machine (carried over);
 # results and logs go under $OUT. Prints a summary last.
 set -u
@@ -60,6 +61,9 @@ if [ "$MODE" = verify ]; then
       && note "fixtures, cuda fp32, np $np, tolerances 1e-5/1e-4: PASS" || note "fixtures, cuda fp32, np $np: FAIL"
     tail -8 "$OUT/fixtures_cuda_fp32_np$np.log"
   done
+  $T 60 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures \
+    --extra-args "--backend cuda --dtype fp32 --comm nccl" > "$OUT/fixtures_cuda_fp32_nccl.log" 2>&1 \
+    && note "fixtures, cuda fp32, --comm nccl (1 rank): PASS" || note "fixtures, cuda fp32, --comm nccl: FAIL"
   $T 60 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --extra-args "--backend cuda" \
     --loss-tol 1e-2 --grad-tol 5e-2 > "$OUT/fixtures_cuda_bf16.log" 2>&1
   note "fixtures, cuda bf16: $(tail -1 "$OUT/fixtures_cuda_bf16.log")"
@@ -96,6 +100,24 @@ if [ "$MODE" = compare ]; then
      || note "ulysses bench 8B 32K: FAIL"
   timeout 120 python3 bench/peers/hf_llama_step.py --shape llama-3.1-8b --seq 32768 --steps 2 --json "$OUT/hf_8b_32k.json" \
      > "$OUT/hf_8b_32k.log" 2>&1 && note "hf 8B 32K: $(tail -1 "$OUT/hf_8b_32k.log")" || note "hf peer 8B 32K: FAIL"
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
+
+if [ "$MODE" = multigpu ]; then
+  # Several GPUs of one host: NCCL between ranks (one GPU each) against one rank, then the 8B shape at 128K
+  # tokens with sequence parallelism over all GPUs.
+  N=$(nvidia-smi -L | wc -l)
+  M="mpirun --allow-run-as-root --oversubscribe -np $N -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+  timeout 120 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --launcher "$M" \
+    --extra-args "--backend cuda --dtype fp32 --comm nccl" > "$OUT/fixtures_nccl_np$N.log" 2>&1 \
+    && note "fixtures, cuda fp32, --comm nccl, $N GPUs: PASS" || note "fixtures, --comm nccl, $N GPUs: FAIL"
+  tail -8 "$OUT/fixtures_nccl_np$N.log"
+  for c in mpi nccl; do
+    timeout 240 $M "$B/ulysses" bench --backend cuda --comm $c --shape llama-3.1-8b --seq 131072 --no-optimizer \
+      --checkpoint --tiled-loss --tiled-mlp --steps 2 > "$OUT/bench_8b_128k_$c.log" 2>&1
+    note "8B 128K, $N GPUs, --comm $c: $(grep -E 'step time|tokens/s' "$OUT/bench_8b_128k_$c.log" | tr -s ' ' | tr '\n' ' ')"
+  done
   printf '%s\n' "${summary[@]}"
   exit 0
 fi

@@ -40,6 +40,8 @@ class Backend {
   // The device stream the ops run on (a cudaStream_t on CUDA; nullptr on CPU), so that a
   // communicator can order its own stream against it (see make_nccl_communicator).
   virtual void* native_stream() { return nullptr; }
+  // The GPU this backend runs on (CUDA); -1 on the CPU.
+  virtual int device_index() const { return -1; }
 
   // Every tensor the engine makes comes from a pool (core/memory_pools.h), so
   // the step's memory is accounted per pool and can be planned exactly.
@@ -138,5 +140,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index, DType act_dtype = D
 bool cuda_backend_compiled_in();
 // The GPU a process with this node-local rank uses: local_rank % visible GPUs.
 int cuda_device_for_local_rank(int local_rank);
+// Whether p points into CUDA device (or managed) memory; false in builds without CUDA.
+bool cuda_device_pointer(const void* p);
 
 }  // namespace ulysses

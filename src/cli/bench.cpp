@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "train/flops.h"
+#include "parallel/step_communicator.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
 #include "train/step.h"
@@ -45,9 +46,10 @@ int run_bench(int argc, char** argv, Communicator& world) {
   ULY_CHECK(S > 0 && B > 0 && steps > 0 && warmup >= 0, "bench: --seq, --batch, --steps must be positive");
   const bool optimize = !args.has("no-optimizer");
 
-  ProcessMesh mesh(world, sp_degree_from(args));
-  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), S);
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
+  StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
+  ProcessMesh mesh(comm.get(), sp_degree_from(args));
+  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), S);
   const StepOptions options = step_options_from(args);
   if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize)) return 0;
 
@@ -91,7 +93,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
   const MemorySnapshot mem = MemorySnapshot::of(backend->pools());
   nlohmann::json j = {
       {"model_layers", config.num_hidden_layers}, {"hidden", config.hidden_size}, {"seq_len", S}, {"batch", B},
-      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()},
+      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()}, {"comm", comm.get().name()},
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},

@@ -15,6 +15,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"dtype", true, false, "compute dtype on cuda: bf16 (default) or fp32 (to check against float64 references); "
                              "the cpu backend is fp32 only"},
       {"sp", true, false, "sequence-parallel degree (default: all ranks); dp = ranks / sp"},
+      {"comm", true, false, "mpi (default: device tensors staged through host memory; ranks may share a GPU) or "
+                            "nccl (device buffers on NCCL; cuda backend, one GPU per rank)"},
       {"tiled-mlp", true, true, "run the MLP over N sequence tiles (default N = ceil(local tokens / hidden))"},
       {"tiled-loss", true, true, "lm_head + loss over tiles of this many tokens (default 1024)"},
       {"checkpoint", false, false, "keep only each layer's input; recompute the layer in backward"},

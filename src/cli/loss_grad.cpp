@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
+#include "parallel/step_communicator.h"
 #include "train/memory_plan.h"
 #include "train/step.h"
 
@@ -35,9 +36,10 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   const ModelConfig& config = folder.config();
   TokenBatch batch = load_batch_file(batch_path, config.vocab_size);
 
-  ProcessMesh mesh(world, sp_degree_from(args));
-  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), batch.S);
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
+  StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
+  ProcessMesh mesh(comm.get(), sp_degree_from(args));
+  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), batch.S);
   StepOptions options = step_options_from(args);
   if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options)) return 0;
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "

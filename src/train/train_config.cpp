@@ -45,6 +45,7 @@ save_dtype: float32     # dtype of the saved Hugging Face weights
 sp: 0                   # sequence-parallel degree; 0 = all ranks
 backend: cpu            # cpu or cuda
 dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
+comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
 memory:
   tiled_mlp: 1          # MLP sequence tiles; 0 = ceil(tokens / hidden); 1 = off
   tiled_loss: 0         # tokens per lm_head + loss tile; 0 = off
@@ -205,6 +206,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.sp = cfg["sp"];
   c.backend = cfg["backend"];
   c.dtype = cfg["dtype"];
+  c.comm = cfg["comm"];
   const auto& m = cfg["memory"];
   c.memory.mlp_tiles = m["tiled_mlp"];
   c.memory.loss_tile_tokens = m["tiled_loss"];

@@ -47,6 +47,7 @@ struct TrainConfig {
   int sp = 0;  // 0 = all ranks in one sequence-parallel group
   std::string backend = "cpu";
   std::string dtype = "bf16";  // on cuda: bf16 | fp32
+  std::string comm = "mpi";    // mpi | nccl (see parallel/step_communicator.h)
   StepOptions memory;
 
   nlohmann::json as_json;  // the effective configuration, for the run folder

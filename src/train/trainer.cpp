@@ -12,6 +12,7 @@
 #include "comm/launch_env.h"
 #include "core/log.h"
 #include "io/model_folder.h"
+#include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
 #include "train/flops.h"
@@ -74,7 +75,15 @@ void install_stop_signal_handlers() {
 }
 
 int run_training(const TrainConfig& cfg, Communicator& world) {
-  ProcessMesh mesh(world, cfg.sp);
+  ULY_CHECK(cfg.backend == "cpu" || cfg.backend == "cuda", "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
+  ULY_CHECK(cfg.dtype == "bf16" || cfg.dtype == "fp32", "train: unknown dtype '" << cfg.dtype << "' (bf16 or fp32)");
+  std::unique_ptr<Backend> backend =
+      cfg.backend == "cuda"
+          ? make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world.rank())),
+                              cfg.dtype == "fp32" ? DType::F32 : DType::BF16)
+          : make_cpu_backend();
+  StepCommunicator comm(world, *backend, cfg.comm);
+  ProcessMesh mesh(comm.get(), cfg.sp);
   const ModelConfig mc = model_config_for(cfg);
   ULY_CHECK(cfg.seq_len % mesh.sp_size() == 0,
             "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
@@ -83,13 +92,6 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   ULY_CHECK(cfg.batch_size % mesh.dp_size() == 0,
             "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
                           << " data-parallel groups; choose a multiple of " << mesh.dp_size());
-  ULY_CHECK(cfg.backend == "cpu" || cfg.backend == "cuda", "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
-  ULY_CHECK(cfg.dtype == "bf16" || cfg.dtype == "fp32", "train: unknown dtype '" << cfg.dtype << "' (bf16 or fp32)");
-  std::unique_ptr<Backend> backend =
-      cfg.backend == "cuda"
-          ? make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world.rank())),
-                              cfg.dtype == "fp32" ? DType::F32 : DType::BF16)
-          : make_cpu_backend();
 
   PlanRequest plan;
   plan.config = mc;

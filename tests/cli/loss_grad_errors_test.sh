@@ -82,6 +82,12 @@ expect_error "more ranks than tokens" "2 tokens cannot be split over 4" \
 expect_error "sp that does not divide the world" "sp.*3.*(divide|valid)" \
   $MPIRUN -np 4 "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --sp 3
 
+# --comm: NCCL moves device buffers only; an unknown transport names the valid ones.
+expect_error "--comm nccl on the cpu backend" "comm nccl.*needs --backend cuda" \
+  "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --comm nccl
+expect_error "unknown --comm" "unknown communicator 'gloo'.*mpi or nccl" \
+  "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --comm gloo
+
 # No GPU here (CI): --backend cuda says so clearly, on every rank.
 if ! nvidia-smi -L > /dev/null 2>&1; then
   expect_error "--backend cuda without a GPU" "(no CUDA device visible|has no CUDA backend)" \

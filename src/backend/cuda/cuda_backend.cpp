@@ -345,6 +345,15 @@ void CudaBackend::matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans
 
 bool cuda_backend_compiled_in() { return true; }
 
+bool cuda_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // plain host memory on old runtimes
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 int cuda_device_for_local_rank(int local_rank) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {

@@ -75,7 +75,7 @@ class CudaBackend : public Backend {
 
   // ---- CUDA-only extras ----
   cudaStream_t stream() const { return stream_; }
-  int device_index() const { return device_index_; }
+  int device_index() const override { return device_index_; }
   CublasLtGemm& gemm() { return *gemm_; }
   // Sum over all tensors of the sum of squares of their elements (float32/bfloat16 device), one read-back.
   double sum_squares_all(const std::vector<const Tensor*>& xs);
