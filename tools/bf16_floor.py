@@ -10,11 +10,13 @@ can only add error on top (fp32 accumulation instead of float64). Variants
 switch the rounding off for one class of tensors at a time, to show which
 rounding the error comes from.
 
-    python3 tools/bf16_floor.py --cases fixtures
+    python3 tools/bf16_floor.py --cases fixtures [--json fixtures/bf16_floor.json]
 
-Needs torch, transformers (for the rope frequencies) and safetensors.
+With --json, writes each case's worst gradient error with bf16 storage (the
+floor) for `tools/check_loss_grad.py --floor`. Needs torch, transformers (for the rope frequencies) and safetensors.
 """
 import argparse
+import json
 import math
 import pathlib
 
@@ -135,12 +137,22 @@ def worst_grad_error(case, v):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", required=True, help="a folder of fixture case folders")
+    ap.add_argument("--json", help="write {case: {worst, parameter}} for the bf16-storage variant here")
     args = ap.parse_args()
     cases = sorted(c for c in pathlib.Path(args.cases).iterdir() if (c / "reference.safetensors").exists())
     print("worst gradient error (||g - ref|| / ||ref||, largest over parameters) per case")
     print(f"{'variant':34s}" + "".join(f"{c.name:>12s}" for c in cases))
+    floors = {}
     for name, v in VARIANTS.items():
-        print(f"{name:34s}" + "".join(f"{worst_grad_error(c, v)[0]:12.2e}" for c in cases), flush=True)
+        row = [worst_grad_error(c, v) for c in cases]
+        print(f"{name:34s}" + "".join(f"{e:12.2e}" for e, _ in row), flush=True)
+        if v == VARIANTS["bf16 storage (the CUDA backend)"]:
+            floors = {c.name: {"worst": e, "parameter": p} for c, (e, p) in zip(cases, row)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"made_with": "tools/bf16_floor.py", "variant": "bf16 storage (the CUDA backend)",
+                       "cases": floors}, f, indent=2)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ fails. Prints one row per case (with --verbose one row per gradient) and exits 1
 failure, 2 on bad arguments.
 """
 import argparse
+import json
 import math
 import os
 import shlex
@@ -105,6 +106,9 @@ def main():
     ap.add_argument("--extra-args", default="", help="appended to every loss-grad command")
     ap.add_argument("--loss-tol", type=float, default=1e-5)
     ap.add_argument("--grad-tol", type=float, default=1e-4)
+    ap.add_argument("--floor", help="JSON from tools/bf16_floor.py --json: a case's gradient tolerance becomes "
+                    "max(--grad-tol, --floor-factor x its bf16 floor) (checks bf16 against what bf16 storage allows)")
+    ap.add_argument("--floor-factor", type=float, default=1.25)
     ap.add_argument("--timeout", type=float, default=600, help="seconds per case")
     ap.add_argument("--keep", help="folder to keep each case's output in (default: a temporary folder)")
     ap.add_argument("--only", nargs="*", help="case names to run")
@@ -132,6 +136,16 @@ def main():
         tmp = tempfile.TemporaryDirectory(prefix="ulysses_check_")
         out_root = tmp.name
 
+    floors = {}
+    if args.floor:
+        try:
+            with open(args.floor) as f:
+                floors = {k: float(v["worst"]) for k, v in json.load(f)["cases"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"--floor {args.floor}: not a tools/bf16_floor.py --json file ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+            return 2
+
     print(f"{'case':<14} {'ref loss':>12} {'got loss':>12} {'loss rel':>9} {'grads':>5} {'worst grad rel':>14}"
           f"  {'worst grad':<48} {'time':>6}  result")
     failed = []
@@ -158,7 +172,14 @@ def main():
             print(f"{name:<14} FAIL (cannot read {out_path}: {e})")
             failed.append(name)
             continue
-        problems, loss_rel, ref_loss, rows = compare(out, ref, args.loss_tol, args.grad_tol)
+        grad_tol = args.grad_tol
+        if args.floor:
+            if name not in floors:
+                print(f"{name:<14} FAIL (no bf16 floor for this case in {args.floor}; rerun tools/bf16_floor.py --json)")
+                failed.append(name)
+                continue
+            grad_tol = max(grad_tol, args.floor_factor * floors[name])
+        problems, loss_rel, ref_loss, rows = compare(out, ref, args.loss_tol, grad_tol)
         got = float(out["loss"].reshape(-1)[0]) if "loss" in out and out["loss"].size == 1 else math.nan
         worst = max(rows, key=lambda r: math.inf if math.isnan(r[1]) else r[1], default=("-", math.nan, True))
         status = "ok" if not problems else "FAIL"
@@ -175,7 +196,8 @@ def main():
             failed.append(name)
 
     print(f"{len(cases) - len(failed)}/{len(cases)} cases passed"
-          f" (loss tol {args.loss_tol:g}, grad tol {args.grad_tol:g})"
+          f" (loss tol {args.loss_tol:g}, grad tol {args.grad_tol:g}"
+          + (f" or {args.floor_factor:g} x the case's bf16 floor" if args.floor else "") + ")"
           + (f"; failed: {' '.join(failed)}" if failed else ""))
     if tmp:
         tmp.cleanup()

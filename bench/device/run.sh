@@ -67,6 +67,9 @@ if [ "$MODE" = verify ]; then
   $T 60 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --extra-args "--backend cuda" \
     --loss-tol 1e-2 --grad-tol 5e-2 > "$OUT/fixtures_cuda_bf16.log" 2>&1
   note "fixtures, cuda bf16: $(tail -1 "$OUT/fixtures_cuda_bf16.log")"
+  $T 60 python3 tools/check_loss_grad.py --ulysses "$B/ulysses" --cases fixtures --extra-args "--backend cuda" \
+    --loss-tol 1e-2 --grad-tol 5e-2 --floor fixtures/bf16_floor.json > "$OUT/fixtures_cuda_bf16_floor.log" 2>&1
+  note "fixtures, cuda bf16 against the bf16 floor: $(tail -1 "$OUT/fixtures_cuda_bf16_floor.log")"
   for r in "" "--no-reserve"; do
     $T 180 "$B/ulysses" bench --backend cuda --shape llama-3.1-8b --seq 32768 --no-optimizer --checkpoint --tiled-loss \
       --tiled-mlp --warmup 1 --steps 2 $r > "$OUT/bench_8b_32k$r.log" 2>&1
