@@ -23,7 +23,7 @@ void check_one_gpu_per_rank(Communicator& world, int device) {
   for (int a = 0; a < world.size(); ++a)
     for (int b = a + 1; b < world.size(); ++b)
       ULY_CHECK(all[2 * a] != all[2 * b] || all[2 * a + 1] != all[2 * b + 1],
-                "--comm nccl needs one GPU per rank, but ranks " << a << " and " << b << " share cuda:"
+                "comm nccl needs one GPU per rank, but ranks " << a << " and " << b << " share cuda:"
                                                                 << all[2 * a + 1] << " on one node; start at most "
                                                                 << "as many ranks per node as it has GPUs, or use "
                                                                 << "--comm mpi (device tensors staged through host "
@@ -36,8 +36,8 @@ StepCommunicator::StepCommunicator(Communicator& world, Backend& backend, const 
   if (kind == "mpi") return;
   ULY_CHECK(kind == "nccl", "unknown communicator '" << kind << "' (choose mpi or nccl)");
   ULY_CHECK(backend.device() == Device::CUDA,
-            "--comm nccl moves device buffers and needs --backend cuda (the " << backend.name()
-                                                                              << " backend's tensors are in host memory)");
+            "comm nccl moves device buffers and needs the cuda backend (--backend cuda, or backend: cuda in a "
+            "train config); the " << backend.name() << " backend's tensors are in host memory");
   const int device = backend.device_index();
   check_one_gpu_per_rank(world, device);
   owned_ = make_routing_communicator(world, make_nccl_communicator(world, device, backend.native_stream()),

@@ -83,7 +83,7 @@ expect_error "sp that does not divide the world" "sp.*3.*(divide|valid)" \
   $MPIRUN -np 4 "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --sp 3
 
 # --comm: NCCL moves device buffers only; an unknown transport names the valid ones.
-expect_error "--comm nccl on the cpu backend" "comm nccl.*needs --backend cuda" \
+expect_error "--comm nccl on the cpu backend" "comm nccl.*needs the cuda backend" \
   "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --comm nccl
 expect_error "unknown --comm" "unknown communicator 'gloo'.*mpi or nccl" \
   "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --comm gloo
