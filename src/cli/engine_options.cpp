@@ -45,18 +45,25 @@ StepOptions step_options_from(const Args& args) {
   return o;
 }
 
-std::unique_ptr<Backend> backend_from(const Args& args, int world_rank) {
+std::string backend_name_from(const Args& args) {
   const std::string b = args.get("backend", "cpu");
+  ULY_CHECK(b == "cpu" || b == "cuda", "unknown --backend '" << b << "' (choose cpu or cuda)");
+  return b;
+}
+
+DType act_dtype_from(const Args& args) {
+  const std::string b = backend_name_from(args);
   const std::string dtype = args.get("dtype", b == "cuda" ? "bf16" : "fp32");
   ULY_CHECK(dtype == "bf16" || dtype == "fp32", "unknown --dtype '" << dtype << "' (choose bf16 or fp32)");
-  if (b == "cpu") {
-    ULY_CHECK(dtype == "fp32", "--dtype " << dtype << ": the cpu backend computes in fp32 only (it is the reference)");
-    return make_cpu_backend();
-  }
-  if (b == "cuda")
-    return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)),
-                             dtype == "fp32" ? DType::F32 : DType::BF16);
-  ULY_FAIL("unknown --backend '" << b << "' (choose cpu or cuda)");
+  ULY_CHECK(b == "cuda" || dtype == "fp32",
+            "--dtype " << dtype << ": the cpu backend computes in fp32 only (it is the reference)");
+  return dtype == "fp32" ? DType::F32 : DType::BF16;
+}
+
+std::unique_ptr<Backend> backend_from(const Args& args, int world_rank) {
+  const DType act = act_dtype_from(args);
+  if (backend_name_from(args) == "cpu") return make_cpu_backend();
+  return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)), act);
 }
 
 ModelConfig model_config_from(const Args& args, const std::string& command) {

@@ -12,7 +12,11 @@ namespace ulysses {
 
 std::vector<OptionSpec> engine_option_specs();
 StepOptions step_options_from(const Args& args);
-// "cpu" (default) or "cuda"; on cuda each rank takes GPU (node-local rank) % (visible GPUs).
+// --backend: "cpu" (default) or "cuda".
+std::string backend_name_from(const Args& args);
+// --dtype: F32 on cpu; BF16 (default) or F32 on cuda.
+DType act_dtype_from(const Args& args);
+// The backend; on cuda each rank takes GPU (node-local rank) % (visible GPUs).
 std::unique_ptr<Backend> backend_from(const Args& args, int world_rank);
 int sp_degree_from(const Args& args);  // 0 = all ranks
 // --model DIR (its config.json) or --shape NAME, then --layers N if given.

@@ -19,7 +19,8 @@ int run_plan(int argc, char** argv) {
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
-    if (s.name != "dry-run" && s.name != "memory-report") specs.push_back(s);
+    if (s.name != "dry-run" && s.name != "memory-report" && s.name != "no-reserve" && s.name != "comm")
+      specs.push_back(s);
   Args args("plan", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("plan", specs);
@@ -31,9 +32,8 @@ int run_plan(int argc, char** argv) {
   ULY_CHECK(req.seq_len > 0, "plan: give the sequence length with --seq TOKENS");
   req.sp = std::max(1, sp_degree_from(args));
   req.options = step_options_from(args);
-  const std::string backend = args.get("backend", "cpu");
-  ULY_CHECK(backend == "cpu" || backend == "cuda", "plan: unknown --backend '" << backend << "' (cpu or cuda)");
-  req.act_dtype = backend == "cuda" ? DType::BF16 : DType::F32;
+  const std::string backend = backend_name_from(args);
+  req.act_dtype = act_dtype_from(args);
   req.device = backend == "cuda" ? Device::CUDA : Device::CPU;
   const MemorySnapshot m = plan_step_memory(req);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
