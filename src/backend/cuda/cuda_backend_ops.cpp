@@ -262,9 +262,9 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, c
                                     const Tensor& doc_start, double scale) {
   const char* op = "attention_forward";
   const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  need_like(out, q, op, "out", "q");
+  need_attention_lse(lse, a, op);
   if (q.dtype() == DType::F32) {
-    need_like(out, q, op, "out", "q");
-    need_attention_lse(lse, a, op);
     const Tensor ds = device_int32(doc_start, op, "doc_start");
     attention_forward_f32(ptr<float>(out), ptr<float>(lse), ptr<const float>(q), ptr<const float>(k),
                           ptr<const float>(v), ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale, stream_);
@@ -278,9 +278,7 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, c
     unpad_heads(*this, out, out_p);
     return;
   }
-  need_like(out, q, op, "out", "q");
   need_aligned16(out, op, "out");
-  need_attention_lse(lse, a, op);
   const Tensor ds = device_int32(doc_start, op, "doc_start");
   cuda::attention_forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
                           ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(ds), a.S, a.H,
@@ -292,13 +290,13 @@ void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const T
                                      const Tensor& doc_start, double scale) {
   const char* op = "attention_backward";
   const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  need_like(dq, q, op, "dq", "q");
+  need_like(dout, q, op, "dout", "q");
+  need_like(out, q, op, "out", "q");
+  need_like(dk, k, op, "dk", "k");
+  need_like(dv, v, op, "dv", "v");
+  need_attention_lse(lse, a, op);
   if (q.dtype() == DType::F32) {
-    need_like(dq, q, op, "dq", "q");
-    need_like(dout, q, op, "dout", "q");
-    need_like(out, q, op, "out", "q");
-    need_like(dk, k, op, "dk", "k");
-    need_like(dv, v, op, "dv", "v");
-    need_attention_lse(lse, a, op);
     const Tensor ds = device_int32(doc_start, op, "doc_start");
     const size_t ws = attention_backward_f32_workspace_bytes(a.S, a.H, a.Hkv, a.d);
     const Tensor workspace = attention_workspace(ws);
@@ -319,15 +317,9 @@ void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const T
     unpad_heads(*this, dv, dv_p);
     return;
   }
-  need_like(dq, q, op, "dq", "q");
-  need_like(dout, q, op, "dout", "q");
-  need_like(out, q, op, "out", "q");
-  need_like(dk, k, op, "dk", "k");
-  need_like(dv, v, op, "dv", "v");
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
                                 {&dout, "dout"}, {&out, "out"}})
     need_aligned16(*t, op, name);
-  need_attention_lse(lse, a, op);
   const Tensor ds = device_int32(doc_start, op, "doc_start");
   const size_t ws = attention_backward_workspace_bytes(a.S, a.H, a.Hkv, a.d);
   const Tensor workspace = attention_workspace(ws);
