@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/documents.h"
 #include "test_util.h"
 
 namespace ulysses {
@@ -86,6 +87,29 @@ TEST(CpuBackend, Basics) {
   EXPECT_THROW(be->zero(dev), Error);
 }
 
+// Documents: both forms of the spans, and malformed doc_start refused with a message.
+TEST(CpuBackend, DocumentsFromDocStart) {
+  auto be = make_cpu_backend();
+  const Documents d = make_documents(*be, std::vector<int32_t>{0, 0, 0, 3, 4, 4, 4, 4});
+  EXPECT_EQ(d.count, 3);
+  EXPECT_EQ(d.longest, 4);
+  EXPECT_EQ(d.tokens(), 8);
+  const int32_t* b = static_cast<const int32_t*>(d.bounds.raw());
+  EXPECT_EQ(std::vector<int32_t>(b, b + d.bounds.numel()), (std::vector<int32_t>{0, 3, 4, 8}));
+  const Documents one = single_document(*be, 5);
+  EXPECT_EQ(one.count, 1);
+  EXPECT_EQ(one.longest, 5);
+  const Documents none = single_document(*be, 0);
+  EXPECT_EQ(none.count, 0);
+  EXPECT_EQ(none.bounds.numel(), 1);
+  try {
+    make_documents(*be, std::vector<int32_t>{1, 1});
+    ADD_FAILURE() << "doc_start[0] = 1 must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("doc_start[0] = 1"), std::string::npos) << e.what();
+  }
+}
+
 // Backend results equal the cpu:: templates (float32 and float64 paths).
 TEST(CpuBackend, DispatchMatchesTemplates) {
   auto be = make_cpu_backend();
@@ -103,8 +127,9 @@ TEST(CpuBackend, DispatchMatchesTemplates) {
   Tensor to_ = be->empty({S, H, d}, DType::F64), tl = be->empty({H, S}, DType::F64);
   Tensor tdq = be->empty({S, H, d}, DType::F64), tdk = be->empty({S, Hkv, d}, DType::F64),
          tdv = be->empty({S, Hkv, d}, DType::F64);
-  be->attention_forward(to_, tl, tq, tk, tv, tds, 0.5);
-  be->attention_backward(tdq, tdk, tdv, tg, to_, tl, tq, tk, tv, tds, 0.5);
+  const Documents docs = make_documents(*be, tds);
+  be->attention_forward(to_, tl, tq, tk, tv, docs, 0.5);
+  be->attention_backward(tdq, tdk, tdv, tg, to_, tl, tq, tk, tv, docs, 0.5);
   EXPECT_EQ(values<double>(to_), out);
   EXPECT_EQ(values<double>(tl), lse);
   EXPECT_EQ(values<double>(tdq), dq);
@@ -184,16 +209,19 @@ TEST(CpuBackend, RejectsBadArguments) {
   const Ids ds = {0, 0, 2, 2};
   Tensor q = F({4, 4, 2}), k = F({4, 2, 2}), v = F({4, 2, 2}), o = F({4, 4, 2}), lse = F({4, 4});
   be->zero(q), be->zero(k), be->zero(v);
-  EXPECT_NO_THROW(be->attention_forward(o, lse, q, k, v, I(ds), 1.0));
+  const Documents docs = make_documents(*be, I(ds));
+  EXPECT_NO_THROW(be->attention_forward(o, lse, q, k, v, docs, 1.0));
   Tensor k3 = F({4, 3, 2}), lse_t = F({4, 3});
-  EXPECT_THROW(be->attention_forward(o, lse, q, k3, k3, I(ds), 1.0), Error);  // H % Hkv != 0
-  EXPECT_THROW(be->attention_forward(o, lse_t, q, k, v, I(ds), 1.0), Error);
-  EXPECT_THROW(be->attention_forward(o, lse, q, k, F({4, 2, 3}), I(ds), 1.0), Error);
-  EXPECT_THROW(be->attention_forward(o, lse, q, k, v, I({0, 0, 3, 2}), 1.0), Error);  // doc_start[2] > 2
-  EXPECT_THROW(be->attention_forward(o, lse, q, k, v, I({0, 0, 2}), 1.0), Error);
+  EXPECT_THROW(be->attention_forward(o, lse, q, k3, k3, docs, 1.0), Error);  // H % Hkv != 0
+  EXPECT_THROW(be->attention_forward(o, lse_t, q, k, v, docs, 1.0), Error);
+  EXPECT_THROW(be->attention_forward(o, lse, q, k, F({4, 2, 3}), docs, 1.0), Error);
+  EXPECT_THROW(make_documents(*be, I({0, 0, 3, 2})), Error);  // doc_start[2] > 2
+  EXPECT_THROW(make_documents(*be, I({0, 1, 0, 2})), Error);  // documents must be contiguous
+  EXPECT_THROW(be->attention_forward(o, lse, q, k, v, make_documents(*be, I({0, 0, 2})), 1.0), Error);
+  EXPECT_THROW(be->attention_forward(o, lse, q, k, v, Documents{}, 1.0), Error);
   Tensor dq = F({4, 4, 2}), dk = F({4, 2, 2}), dv = F({4, 2, 2}), dv_bad = F({4, 4, 2});
-  EXPECT_NO_THROW(be->attention_backward(dq, dk, dv, o, o, lse, q, k, v, I(ds), 1.0));
-  EXPECT_THROW(be->attention_backward(dq, dk, dv_bad, o, o, lse, q, k, v, I(ds), 1.0), Error);
+  EXPECT_NO_THROW(be->attention_backward(dq, dk, dv, o, o, lse, q, k, v, docs, 1.0));
+  EXPECT_THROW(be->attention_backward(dq, dk, dv_bad, o, o, lse, q, k, v, docs, 1.0), Error);
 
   // swiglu
   Tensor gt = F({2, 6}), up = F({2, 6}), hh = F({2, 6}), up_bad = F({2, 5});

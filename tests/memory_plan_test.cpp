@@ -50,12 +50,13 @@ MemorySnapshot plan(const ModelConfig& c, int64_t S, const StepOptions& o, int s
   r.seq_len = S;
   r.sp = sp;
   r.options = o;
+  r.documents = (S + 49) / 50;  // as measure() packs them
   return plan_step_memory(r);
 }
 
 std::vector<StepOptions> option_combinations() {
   std::vector<StepOptions> all;
-  for (int mask = 0; mask < 16; ++mask) {
+  for (int mask = 0; mask < 32; ++mask) {
     StepOptions o;
     if (mask & 1) o.mlp_tiles = 0;
     if (mask & 2) o.loss_tile_tokens = 64;
@@ -63,6 +64,10 @@ std::vector<StepOptions> option_combinations() {
     if (mask & 8) {
       o.checkpoint = true;
       o.offload_layers = 1;
+    }
+    if (mask & 16) {
+      if (!o.checkpoint) continue;  // keeps outputs for the recompute of checkpointed layers only
+      o.keep_attention = true;
     }
     all.push_back(o);
   }
@@ -73,7 +78,7 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
   const ModelConfig c = small_config(3);
   for (const StepOptions& o : option_combinations()) {
     SCOPED_TRACE(testing::Message() << "tiles " << o.mlp_tiles << " loss " << o.loss_tile_tokens << " ckpt "
-                                    << o.checkpoint << " offload " << o.offload_layers);
+                                    << o.checkpoint << " offload " << o.offload_layers << " keep " << o.keep_attention);
     const MemorySnapshot p = plan(c, 300, o), m = measure(c, 300, o);
     EXPECT_EQ(p.device.peak, m.device.peak);
     EXPECT_EQ(p.host.peak, m.host.peak);

@@ -1,7 +1,8 @@
 // Timing of the CUDA attention kernels (not a test): causal attention at
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape), forward and forward+backward,
-// median of several runs after a warm-up, timed with CUDA events.
-//   attention_bench [--doc-len N] [S ...]      default S: 8192 32768 131072
+// median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
+// attention (the engine's default for bf16) and our own kernels, one after the other.
+//   attention_bench [--doc-len N] [--impl cudnn|own|both] [S ...]      default S: 8192 32768 131072
 // FLOPs counted as useful causal work: forward 2 S^2 H d, forward+backward
 // 7 S^2 H d (backward 2.5x forward). With --doc-len N the sequence is packed
 // with documents of N tokens and the same formulas use sum(len^2) for S^2.
@@ -15,11 +16,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "core/error.h"
 
 namespace {
@@ -48,7 +51,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void bench(int64_t S, int64_t doc_len) {
+void bench(int64_t S, int64_t doc_len, const std::string& impl) {
   const int64_t H = 32, Hkv = 8, d = 128;
   const double scale = 1.0 / std::sqrt(double(d));
   const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d);
@@ -71,18 +74,45 @@ void bench(int64_t S, int64_t doc_len) {
     pairs += len * len;
   }
   CUDA_CHECK(cudaMemcpy(doc.p, doc_h.data(), size_t(S) * sizeof(int32_t), cudaMemcpyHostToDevice));
+  std::vector<int32_t> bounds_h;
+  for (int64_t i = 0; i < S; ++i)
+    if (doc_h[i] == i) bounds_h.push_back(int32_t(i));
+  const int64_t documents = int64_t(bounds_h.size());
+  bounds_h.push_back(int32_t(S));
+  int64_t longest = 0;
+  for (int64_t j = 0; j < documents; ++j) longest = std::max<int64_t>(longest, bounds_h[j + 1] - bounds_h[j]);
+  Buf<int32_t> bounds{bounds_h.size()};
+  CUDA_CHECK(cudaMemcpy(bounds.p, bounds_h.data(), bounds_h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
+  const bool cudnn = impl == "cudnn";
+  std::unique_ptr<ulysses::cuda::CudnnAttention> attn;
+  ulysses::cuda::AttentionProblem p;
+  p.S = S, p.H = H, p.Hkv = Hkv, p.d = d, p.documents = documents, p.longest = longest, p.scale = scale;
+  size_t cudnn_ws = 0;
+  if (cudnn) {
+    attn = std::make_unique<ulysses::cuda::CudnnAttention>(stream);
+    std::string why;
+    if (!attn->supports(p, false, &why) || !attn->supports(p, true, &why)) {
+      std::printf("%9lld cudnn: not supported: %s\n", (long long)S, why.c_str());
+      return;
+    }
+    cudnn_ws = std::max(attn->workspace_bytes(p, false), attn->workspace_bytes(p, true));
+  }
+  Buf<unsigned char> cws(cudnn_ws);
   cudaEvent_t t0, t1;
   CUDA_CHECK(cudaEventCreate(&t0));
   CUDA_CHECK(cudaEventCreate(&t1));
   auto fwd = [&] {
-    ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
+    if (cudnn) attn->forward(out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
+    else ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
   };
   auto bwd = [&] {
-    ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
-                                      scale, ws.p, ws_bytes, stream);
+    if (cudnn) attn->backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
+    else
+      ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
+                                        scale, ws.p, ws_bytes, stream);
   };
   auto time_ms = [&](auto&& fn) {
     CUDA_CHECK(cudaEventRecord(t0, stream));
@@ -103,12 +133,13 @@ void bench(int64_t S, int64_t doc_len) {
   const double f_ms = median(tf), fb_ms = median(tfb);
   const double f_flops = 2.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
   const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
-  std::printf("%9lld %9lld %12.3f %10.1f %12.3f %10.1f\n", (long long)S, (long long)(doc_len > 0 ? doc_len : S), f_ms,
-              f_tf, fb_ms, fb_tf);
-  std::printf("{\"bench\":\"attention\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,\"doc_len\":%lld,"
-              "\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwd_bwd_ms\":%.4f,\"fwd_bwd_tflops\":%.2f,\"reps\":%d}\n",
-              (long long)S, (long long)H, (long long)Hkv, (long long)d, (long long)(doc_len > 0 ? doc_len : S), f_ms,
-              f_tf, fb_ms, fb_tf, reps);
+  std::printf("%-6s %9lld %9lld %12.3f %10.1f %12.3f %10.1f\n", impl.c_str(), (long long)S,
+              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf);
+  std::printf("{\"bench\":\"attention\",\"impl\":\"%s\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,"
+              "\"doc_len\":%lld,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwd_bwd_ms\":%.4f,\"fwd_bwd_tflops\":%.2f,"
+              "\"reps\":%d}\n",
+              impl.c_str(), (long long)S, (long long)H, (long long)Hkv, (long long)d,
+              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, reps);
   std::fflush(stdout);
   CUDA_CHECK(cudaEventDestroy(t0));
   CUDA_CHECK(cudaEventDestroy(t1));
@@ -120,19 +151,28 @@ void bench(int64_t S, int64_t doc_len) {
 int main(int argc, char** argv) {
   try {
     int64_t doc_len = 0;
+    std::string impl = "both";
     std::vector<int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
       if (std::strcmp(argv[i], "--doc-len") == 0 && i + 1 < argc) doc_len = std::atoll(argv[++i]);
+      else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
       else sizes.push_back(std::atoll(argv[i]));
+    }
+    if (impl != "cudnn" && impl != "own" && impl != "both") {
+      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own or both\n");
+      return 2;
     }
     if (sizes.empty()) sizes = {8192, 32768, 131072};
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("attention_bench on %s: causal, H=32, Hkv=8, d=128, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
+    std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=128, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
                 "7*sum(len^2)*H*d (fwd+bwd)\n",
-                prop.name);
-    std::printf("%9s %9s %12s %10s %12s %10s\n", "S", "doc_len", "fwd_ms", "fwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
-    for (int64_t S : sizes) bench(S, doc_len);
+                prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str());
+    std::printf("%-6s %9s %9s %12s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS", "fwdbwd_ms",
+                "fb_TFLOPS");
+    for (int64_t S : sizes)
+      for (const char* i : {"cudnn", "own"})
+        if (impl == "both" || impl == i) bench(S, doc_len, i);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "backend/documents.h"
 #include "core/memory_pools.h"
 #include "core/tensor.h"
 
@@ -25,6 +27,13 @@ struct AdamWParams {
   double weight_decay = 0.0;
   int64_t step = 1;  // 1-based, for the bias corrections
   double grad_scale = 1.0;
+};
+
+// One attention call's shape: S tokens, H query and Hkv key/value heads of size d,
+// in `documents` documents of which the longest has `longest` tokens.
+struct AttentionShape {
+  int64_t S = 0, H = 0, Hkv = 0, d = 0;
+  int64_t documents = 1, longest = 0;
 };
 
 class Backend {
@@ -90,11 +99,20 @@ class Backend {
   // x/out: [N, H, d]; pos: [N] int32; inv_freq: [d/2] float32 (host or device per backend).
   virtual void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) = 0;
   virtual void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) = 0;
+  // docs: the row's documents (backend/documents.h), on this backend's device.
   virtual void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& doc_start, double scale) = 0;
+                                 const Documents& docs, double scale) = 0;
   virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                                   const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& doc_start, double scale) = 0;
+                                  const Documents& docs, double scale) = 0;
+  // Scratch memory one attention call of this shape takes from the Working pool while it
+  // runs (and gives back before it returns): the backend's own answer, so that the memory
+  // planner counts what the kernels chosen for the call really take.
+  virtual size_t attention_workspace_bytes(const AttentionShape& shape, bool backward) {
+    (void)shape;
+    (void)backward;
+    return 0;
+  }
   virtual void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) = 0;
   virtual void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
                                const Tensor& up) = 0;
@@ -110,6 +128,13 @@ class Backend {
   virtual double sum(const Tensor& x) = 0;
   // Sum of squares in float64 (the global gradient norm).
   virtual double sum_squares(const Tensor& x);
+  // The sum of sum_squares over all tensors (the global gradient norm): one read-back on
+  // devices with streams, not one per tensor.
+  virtual double sum_squares_all(const std::vector<const Tensor*>& xs) {
+    double s = 0;
+    for (const Tensor* x : xs) s += sum_squares(*x);
+    return s;
+  }
   // One AdamW step on fp32 master weights: master, m, v, grad: float32 [n]; weight: the
   // compute copy (act_dtype) written from the new master (may be master itself).
   virtual void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,

@@ -7,7 +7,7 @@ namespace {
 
 class PlanningBackend final : public Backend {
  public:
-  PlanningBackend(DType act, Device device) : act_(act), device_(device) {
+  PlanningBackend(DType act, Device device, Backend* runtime) : act_(act), device_(device), runtime_(runtime) {
     set_pools(std::make_unique<MemoryPools>(host_allocator(), host_allocator(), /*planning=*/true));
     // What the CUDA backend itself takes from its pools: a one-double result slot
     // from construction on, and the attention backward's workspace during each call (below).
@@ -27,15 +27,19 @@ class PlanningBackend final : public Backend {
   void rmsnorm_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void rope_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void rope_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void attention_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         double) override {}
+  void attention_forward(Tensor&, Tensor&, const Tensor& q, const Tensor& k, const Tensor&, const Documents& docs,
+                         double) override {
+    take_workspace(q, k, docs, false);
+  }
   void attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor& q,
-                          const Tensor&, const Tensor&, const Tensor&, double) override {
-    if (device_ != Device::CUDA) return;
-    // The CUDA backend takes its workspace for the call only.
-    const size_t ws = act_ == DType::F32 ? cuda_attention_f32_backward_workspace_bytes(q.dim(0), q.dim(1))
-                                         : cuda_attention_backward_workspace_bytes(q.dim(0), q.dim(1), q.dim(2));
-    if (ws > 0) (void)empty({static_cast<int64_t>(ws)}, DType::U8);  // taken and given back, as around the kernels
+                          const Tensor& k, const Tensor&, const Documents& docs, double) override {
+    take_workspace(q, k, docs, true);
+  }
+  size_t attention_workspace_bytes(const AttentionShape& s, bool backward) override {
+    if (runtime_) return runtime_->attention_workspace_bytes(s, backward);
+    if (device_ != Device::CUDA || !backward) return 0;
+    return act_ == DType::F32 ? cuda_attention_f32_backward_workspace_bytes(s.S, s.H)
+                              : cuda_attention_backward_workspace_bytes(s.S, s.H, s.d);
   }
   void swiglu_forward(Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
@@ -47,15 +51,23 @@ class PlanningBackend final : public Backend {
   void copy_heads(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) override {}
 
  private:
+  // The backend takes its workspace for the call only: taken and given back here too.
+  void take_workspace(const Tensor& q, const Tensor& k, const Documents& docs, bool backward) {
+    const AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest};
+    const size_t ws = attention_workspace_bytes(shape, backward);
+    if (ws > 0) (void)empty({static_cast<int64_t>(ws)}, DType::U8);
+  }
+
   DType act_;
   Device device_;
+  Backend* runtime_;
   Tensor scalar_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_planning_backend(DType act_dtype, Device device) {
-  return std::make_unique<PlanningBackend>(act_dtype, device);
+std::unique_ptr<Backend> make_planning_backend(DType act_dtype, Device device, Backend* runtime) {
+  return std::make_unique<PlanningBackend>(act_dtype, device, runtime);
 }
 
 }  // namespace ulysses

@@ -22,6 +22,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"checkpoint", false, false, "keep only each layer's input; recompute the layer in backward"},
       {"offload-checkpoints", true, true, "keep the first K layers' checkpoints (or all) in host memory; implies "
                                           "--checkpoint (default all)"},
+      {"keep-attention", false, false, "with checkpoints: keep each layer's attention output and log-sum-exp on the "
+                                       "device so that the recompute skips the attention (2 of its 9 FLOP units)"},
       {"dry-run", false, false, "print the memory plan per pool and stop before allocating anything"},
       {"memory-limit", true, false, "refuse steps whose planned device peak exceeds this many GiB (default: the "
                                     "device's free memory)"},
@@ -42,6 +44,10 @@ StepOptions step_options_from(const Args& args) {
     o.offload_layers = (v.empty() || v == "all") ? -1 : args.get_int("offload-checkpoints", -1);
     ULY_CHECK(o.offload_layers >= -1, "--offload-checkpoints expects a number of layers or 'all', got '" << v << "'");
   }
+  o.keep_attention = args.has("keep-attention");
+  ULY_CHECK(!o.keep_attention || o.checkpoint,
+            "--keep-attention keeps attention outputs for the recompute of checkpointed layers; add --checkpoint "
+            "(or --offload-checkpoints)");
   return o;
 }
 
@@ -95,6 +101,7 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   req.act_dtype = backend.act_dtype();
   req.device = backend.device();
   req.optimizer = with_optimizer;
+  req.runtime = &backend;
   const MemorySnapshot plan = plan_step_memory(req);
   if (args.has("dry-run")) {
     std::cout << "memory plan: sequence " << seq_len << ", sp " << sp << ", backend " << backend.name() << "\n"

@@ -3,6 +3,7 @@
 // (and without a GPU or the ranks it describes).
 #include <iostream>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "io/model_folder.h"
@@ -35,10 +36,23 @@ int run_plan(int argc, char** argv) {
   const std::string backend = backend_name_from(args);
   req.act_dtype = act_dtype_from(args);
   req.device = backend == "cuda" ? Device::CUDA : Device::CPU;
+  // Where the GPU is here, its backend answers for its own workspaces (cuDNN's); elsewhere they are estimated.
+  std::unique_ptr<Backend> runtime;
+  if (req.device == Device::CUDA && cuda_backend_compiled_in()) {
+    try {
+      runtime = make_cuda_backend(0, req.act_dtype);
+    } catch (const Error&) {
+      runtime.reset();
+    }
+  }
+  req.runtime = runtime.get();
   const MemorySnapshot m = plan_step_memory(req);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"
             << memory_report(m, local_tokens(req), req.config.hidden_size);
+  if (req.device == Device::CUDA && !runtime)
+    std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's, chosen on the GPU, "
+                 "is known only there); run plan on the GPU machine for the exact figure\n";
   if (args.has("memory-limit")) {
     const size_t limit = static_cast<size_t>(args.get_double("memory-limit", 0) * double(size_t(1) << 30));
     check_plan_fits(req, m, limit, host_memory_available());

@@ -16,6 +16,13 @@ struct LlamaModel::LayerActs {
   AttentionSaved saved;
 };
 
+// With --keep-attention, each layer's attention output and log-sum-exp outlive the
+// forward pass (in the attention's own layout), so that the recompute before the
+// backward skips the attention kernel (2 of its 9 FLOP units with recompute).
+struct LlamaModel::KeptAttention {
+  Tensor out, lse;
+};
+
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options)
     : w_(weights), be_(backend), sp_(sp_group), options_(options), c_(weights.config()) {
   check_ulysses_degree(c_.num_attention_heads, c_.num_key_value_heads, sp_.size(), sp_.size());
@@ -45,7 +52,12 @@ void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, con
   be_.matmul(w.grad, dy, x, true, false, 1.0, 1.0);
 }
 
-void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out) {
+// x_out undefined: the recompute before a backward, which needs the layer's activations
+// but not its output (so the MLP's down projection, and with a tiled MLP the MLP itself,
+// which the tiled backward recomputes tile by tile, are skipped). kept: the attention's
+// output saved in the forward pass, used instead of running the attention again.
+void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out,
+                               const KeptAttention* kept) {
   LlamaWeights::Layer& L = w_.layer(l);
   const int64_t N = x_in.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
                 d = c_.head_dim;
@@ -66,7 +78,8 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
   be_.rope_forward(a.q, a.q, positions_, inv_freq_);
   be_.rope_forward(a.k, a.k, positions_, inv_freq_);
   a.attn = be_.empty({N, H, d}, t);
-  attention_->forward(a.attn, a.saved, a.q, a.k, a.v, doc_start_);
+  if (kept) attention_->restore(a.attn, a.saved, a.q, a.k, a.v, docs_, kept->out, kept->lse);
+  else attention_->forward(a.attn, a.saved, a.q, a.k, a.v, docs_);
   a.attn = a.attn.reshape({N, H * d});
   a.x_mid = be_.empty({N, D}, t);
   linear(a.x_mid, a.attn, *L.wo);
@@ -83,6 +96,8 @@ void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tenso
   be_.rmsnorm_forward(a.xn2, a.rstd2, x_mid, L.post_norm->value, c_.rms_norm_eps);
   const int64_t T = mlp_tile_tokens(N);
   const bool tiled = T < N;
+  const bool recompute = !x_out.defined();
+  if (recompute && tiled) return;  // mlp_backward recomputes each tile from xn2
   for (int64_t b = 0; b < N; b += T) {
     const int64_t e = std::min(N, b + T);
     MemTagScope tag(be_.pools(), MemTag::MlpIntermediate);
@@ -91,9 +106,11 @@ void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tenso
     linear(gate, xn, *L.w_gate);
     linear(up, xn, *L.w_up);
     be_.swiglu_forward(h, gate, up);
-    Tensor out = x_out.slice(b, e);
-    linear(out, h, *L.w_down);
-    be_.add(out, out, x_mid.slice(b, e));
+    if (!recompute) {
+      Tensor out = x_out.slice(b, e);
+      linear(out, h, *L.w_down);
+      be_.add(out, out, x_mid.slice(b, e));
+    }
     if (!tiled) {
       a.gate = gate;
       a.up = up;
@@ -147,7 +164,7 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tenso
   Tensor dattn = be_.empty({N, H * d}, t);
   linear_backward(dattn, *L.wo, d_mid, a.attn, false);
   Tensor dq = be_.empty({N, H, d}, t), dk = be_.empty({N, Hkv, d}, t), dv = be_.empty({N, Hkv, d}, t);
-  attention_->backward(dq, dk, dv, dattn.reshape({N, H, d}), a.saved, doc_start_);
+  attention_->backward(dq, dk, dv, dattn.reshape({N, H, d}), a.saved, docs_);
   be_.rope_backward(dq, dq, positions_, inv_freq_);
   be_.rope_backward(dk, dk, positions_, inv_freq_);
   Tensor dxn1 = be_.empty({N, D}, t);
@@ -170,25 +187,37 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
   const bool backward = dx.defined();
   Tensor dxn = backward ? be_.empty({N, D}, t) : Tensor{};
   const int64_t T = options_.loss_tile_tokens > 0 ? std::min(options_.loss_tile_tokens, N) : N;
-  double loss_sum = 0;
+  // Every tile's token losses land in one buffer, summed once at the end: one read-back per
+  // sequence, not one per tile.
+  Tensor losses = be_.empty({N}, DType::F32, Pool::Working);
   for (int64_t b = 0; b < N; b += T) {
     const int64_t e = std::min(N, b + T);
     const Tensor xt = xn.slice(b, e);
     MemTagScope tag(be_.pools(), MemTag::Logits);
     Tensor logits = be_.empty({e - b, V}, t);
     linear(logits, xt, head);
-    Tensor losses = be_.empty({e - b}, DType::F32, Pool::Working);
-    be_.cross_entropy_forward_backward(logits, losses, logits, targets.slice(b, e), grad_scale);
-    loss_sum += be_.sum(losses);
+    Tensor tile_losses = losses.slice(b, e);
+    be_.cross_entropy_forward_backward(logits, tile_losses, logits, targets.slice(b, e), grad_scale);
     if (!backward) continue;
     Tensor dxt = dxn.slice(b, e);
     linear_backward(dxt, head, logits, xt, false);
   }
   if (backward) be_.rmsnorm_backward(dx, norm.grad, dxn, x, norm.value, rstd);
-  return loss_sum;
+  return be_.sum(losses);
 }
 
+// The shard's ids and targets are checked here, on the host, once per sequence: the
+// device ops then read nothing back during the step.
 void LlamaModel::begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor& targets) {
+  const int64_t V = c_.vocab_size;
+  for (size_t i = 0; i < shard.ids.size(); ++i)
+    ULY_CHECK(shard.ids[i] >= 0 && shard.ids[i] < V, "token id " << shard.ids[i] << " at local position " << i
+                                                                  << " is outside the vocabulary [0, " << V
+                                                                  << "); the tokenizer and the model's vocab_size disagree");
+  for (size_t i = 0; i < shard.targets.size(); ++i)
+    ULY_CHECK(shard.targets[i] == -100 || (shard.targets[i] >= 0 && shard.targets[i] < V),
+              "target " << shard.targets[i] << " at local position " << i << " is outside the vocabulary [0, " << V
+                        << ") and is not -100 (ignored)");
   auto upload = [&](const std::vector<int32_t>& v) {
     Tensor dev = be_.empty({static_cast<int64_t>(v.size())}, DType::I32);
     be_.copy(dev, Tensor::borrow(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())}, DType::I32));
@@ -197,7 +226,7 @@ void LlamaModel::begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor&
   ids = upload(shard.ids);
   targets = upload(shard.targets);
   positions_ = upload(shard.positions);
-  doc_start_ = upload(shard.doc_start);
+  docs_ = make_documents(be_, shard.doc_start);
 }
 
 double LlamaModel::forward_loss(const SequenceShard& shard) {
@@ -215,7 +244,8 @@ double LlamaModel::forward_loss(const SequenceShard& shard) {
   }
   Tensor no_grad;
   const double loss_sum = head_forward_backward(x, targets, 0.0, no_grad);
-  positions_ = doc_start_ = Tensor{};
+  positions_ = Tensor{};
+  docs_ = Documents{};
   return loss_sum;
 }
 
@@ -229,11 +259,20 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   be_.embedding_forward(x, ids, w_.embed().value);
 
   std::vector<LayerActs> acts(Lyr);
+  std::vector<KeptAttention> kept(Lyr);
+  const bool keep = options_.checkpoint && options_.keep_attention;
   CheckpointStore store(be_, Lyr, options_.offload_layers);
   for (int64_t l = 0; l < Lyr; ++l) {
     Tensor y = be_.empty({N, D}, t);
     if (options_.checkpoint) store.put(l, x);
     layer_forward(l, x, acts[l], y);
+    if (keep) {  // into the checkpoint pool, so that the working set stays what it was
+      const AttentionSaved& sv = acts[l].saved;
+      kept[l].out = be_.empty(sv.out.shape(), sv.out.dtype(), Pool::Checkpoints);
+      kept[l].lse = be_.empty(sv.lse.shape(), sv.lse.dtype(), Pool::Checkpoints);
+      be_.copy(kept[l].out, sv.out);
+      be_.copy(kept[l].lse, sv.lse);
+    }
     if (options_.checkpoint) acts[l] = LayerActs{};
     x = y;
   }
@@ -247,8 +286,9 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     if (options_.checkpoint) {  // recompute this layer from its saved input
       const Tensor x_in = store.take(l);
       store.prefetch(l - 1);
-      Tensor y = be_.empty({N, D}, t);
-      layer_forward(l, x_in, acts[l], y);
+      Tensor no_output;
+      layer_forward(l, x_in, acts[l], no_output, keep ? &kept[l] : nullptr);
+      kept[l] = KeptAttention{};
     }
     Tensor dprev = be_.empty({N, D}, t);
     layer_backward(l, acts[l], dprev, dx);
@@ -256,7 +296,8 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     dx = dprev;
   }
   be_.embedding_backward(w_.embed().grad, dx, ids);
-  positions_ = doc_start_ = Tensor{};
+  positions_ = Tensor{};
+  docs_ = Documents{};
   return loss_sum;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/documents.h"
 #include "model/batch.h"
 #include "model/llama_weights.h"
 #include "parallel/sequence_attention.h"
@@ -18,6 +19,8 @@ struct StepOptions {
   int64_t loss_tile_tokens = 0;   // tokens per lm_head + cross-entropy tile; 0 = all local tokens at once
   bool checkpoint = false;        // keep only each layer's input; recompute the layer in backward
   int64_t offload_layers = 0;     // with checkpoint: the first K layers' checkpoints go to host memory; -1 = all
+  bool keep_attention = false;    // with checkpoint: keep each layer's attention output and lse on the device, so
+                                  // that the recompute skips the attention kernel
 };
 
 class LlamaModel {
@@ -38,7 +41,8 @@ class LlamaModel {
 
  private:
   struct LayerActs;
-  void layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out);
+  struct KeptAttention;
+  void layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out, const KeptAttention* kept = nullptr);
   void layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tensor& dy);
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
@@ -57,7 +61,8 @@ class LlamaModel {
   std::unique_ptr<SequenceAttention> attention_;
   Tensor inv_freq_;  // [d/2] float32 on the device
   // Per-sequence state, valid during forward_backward.
-  Tensor positions_, doc_start_;
+  Tensor positions_;
+  Documents docs_;
 };
 
 }  // namespace ulysses

@@ -13,20 +13,30 @@ class LocalAttention : public SequenceAttention {
   explicit LocalAttention(Backend& backend) : backend_(backend) {}
 
   void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& doc_start) override {
+               const Documents& docs) override {
     const int64_t S = q.dim(0), H = q.dim(1), d = q.dim(2);
     saved.q = q;
     saved.k = k;
     saved.v = v;
     saved.out = out;
     saved.lse = backend_.empty({H, S}, DType::F32);
-    backend_.attention_forward(out, saved.lse, q, k, v, doc_start, 1.0 / std::sqrt(static_cast<double>(d)));
+    backend_.attention_forward(out, saved.lse, q, k, v, docs, 1.0 / std::sqrt(static_cast<double>(d)));
   }
 
   void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
-                const Tensor& doc_start) override {
+                const Documents& docs) override {
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.q.dim(2)));
-    backend_.attention_backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, doc_start, scale);
+    backend_.attention_backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, docs, scale);
+  }
+
+  void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Documents&, const Tensor& kept_out, const Tensor& kept_lse) override {
+    saved.q = q;
+    saved.k = k;
+    saved.v = v;
+    backend_.copy(out, kept_out);
+    saved.out = out;
+    saved.lse = kept_lse;
   }
 
  private:

@@ -20,12 +20,16 @@ class SequenceAttention {
  public:
   virtual ~SequenceAttention() = default;
   // out: [S_local, H, d] (write); q: [S_local, H, d]; k, v: [S_local, Hkv, d];
-  // doc_start: [S_global] int32 on the backend's device (see cpu::attention_forward).
+  // docs: the documents of the whole row (S_global tokens), on the backend's device.
   virtual void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& doc_start) = 0;
+                       const Documents& docs) = 0;
   // dq: [S_local, H, d], dk, dv: [S_local, Hkv, d] (write); dout: [S_local, H, d].
   virtual void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& saved,
-                        const Tensor& doc_start) = 0;
+                        const Documents& docs) = 0;
+  // forward() again on the same inputs, given the out and lse that an earlier forward saved
+  // (its saved.out and saved.lse): the layouts and communication are redone, the kernel is not.
+  virtual void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Documents& docs, const Tensor& kept_out, const Tensor& kept_lse) = 0;
 };
 
 // Checks that heads H and kv heads Hkv can be spread over P ranks, and that

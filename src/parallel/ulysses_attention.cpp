@@ -46,28 +46,39 @@ void UlyssesAttention::gather_heads(Tensor& local, const Tensor& gathered, int64
 }
 
 void UlyssesAttention::forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor& doc_start) {
+                               const Documents& docs) {
   const int64_t S = q.dim(0) * P_;
-  ULY_CHECK(doc_start.numel() == S, "ulysses attention: doc_start has " << doc_start.numel() << " entries, expected "
-                                                                        << S);
+  ULY_CHECK(docs.tokens() == S, "ulysses attention: the documents cover " << docs.tokens() << " tokens, expected " << S);
   saved.q = scatter_heads(q, heads_per_rank_, false);
   saved.k = scatter_heads(k, kv_per_rank_, true);
   saved.v = scatter_heads(v, kv_per_rank_, true);
   saved.out = backend_.empty({S, heads_per_rank_, d_}, q.dtype());
   saved.lse = backend_.empty({heads_per_rank_, S}, DType::F32);
-  backend_.attention_forward(saved.out, saved.lse, saved.q, saved.k, saved.v, doc_start,
+  backend_.attention_forward(saved.out, saved.lse, saved.q, saved.k, saved.v, docs,
                              1.0 / std::sqrt(static_cast<double>(d_)));
   gather_heads(out, saved.out, heads_per_rank_, false);
 }
 
+void UlyssesAttention::restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Documents& docs, const Tensor& kept_out, const Tensor& kept_lse) {
+  ULY_CHECK(docs.tokens() == q.dim(0) * P_,
+            "ulysses attention: the documents cover " << docs.tokens() << " tokens, expected " << q.dim(0) * P_);
+  saved.q = scatter_heads(q, heads_per_rank_, false);
+  saved.k = scatter_heads(k, kv_per_rank_, true);
+  saved.v = scatter_heads(v, kv_per_rank_, true);
+  saved.out = kept_out;
+  saved.lse = kept_lse;
+  gather_heads(out, saved.out, heads_per_rank_, false);
+}
+
 void UlyssesAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
-                                const Tensor& doc_start) {
+                                const Documents& docs) {
   const int64_t S = dout.dim(0) * P_;
   Tensor dout_full = scatter_heads(dout, heads_per_rank_, false);
   Tensor dq_full = backend_.empty({S, heads_per_rank_, d_}, dout.dtype());
   Tensor dk_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
   Tensor dv_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
-  backend_.attention_backward(dq_full, dk_full, dv_full, dout_full, s.out, s.lse, s.q, s.k, s.v, doc_start,
+  backend_.attention_backward(dq_full, dk_full, dv_full, dout_full, s.out, s.lse, s.q, s.k, s.v, docs,
                               1.0 / std::sqrt(static_cast<double>(d_)));
   gather_heads(dq, dq_full, heads_per_rank_, false);
   gather_heads(dk, dk_full, kv_per_rank_, true);

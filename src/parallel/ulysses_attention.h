@@ -12,9 +12,11 @@ class UlyssesAttention : public SequenceAttention {
  public:
   UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d);
   void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& doc_start) override;
+               const Documents& docs) override;
   void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& saved,
-                const Tensor& doc_start) override;
+                const Documents& docs) override;
+  void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Documents& docs, const Tensor& kept_out, const Tensor& kept_lse) override;
 
  private:
   // [S_l, heads, d] local → [S, n, d] gathered, rank j's block taken from head head0(j).

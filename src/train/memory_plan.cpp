@@ -24,7 +24,9 @@ int64_t local_tokens(const PlanRequest& r) { return (r.seq_len + r.sp - 1) / r.s
 MemorySnapshot plan_step_memory(const PlanRequest& r) {
   ULY_CHECK(r.seq_len > 0, "plan: sequence length must be positive, got " << r.seq_len);
   check_ulysses_degree(r.config.num_attention_heads, r.config.num_key_value_heads, r.sp, r.seq_len);
-  auto backend = make_planning_backend(r.act_dtype, r.device);
+  ULY_CHECK(r.documents >= 1 && r.documents <= r.seq_len,
+            "plan: " << r.documents << " documents cannot be packed in " << r.seq_len << " tokens");
+  auto backend = make_planning_backend(r.act_dtype, r.device, r.runtime);
   auto sp = make_simulated_communicator(r.sp, 0);
   MemorySnapshot out;
   {
@@ -39,8 +41,15 @@ MemorySnapshot plan_step_memory(const PlanRequest& r) {
     batch.ids.assign(r.seq_len, 0);
     batch.targets.assign(r.seq_len, 0);
     batch.positions.resize(r.seq_len);
-    for (int64_t i = 0; i < r.seq_len; ++i) batch.positions[i] = static_cast<int32_t>(i);
+    const int64_t doc_len = (r.seq_len + r.documents - 1) / r.documents;
+    for (int64_t i = 0; i < r.seq_len; ++i) batch.positions[i] = static_cast<int32_t>(i % doc_len);
     SequenceShard shard = shard_sequence(batch, 0, *sp);
+    // The simulated group moves no data, so the row's documents are set here from the whole
+    // row (padding past the sequence is a document of its own, as shard_sequence makes it).
+    std::vector<int32_t> row(static_cast<size_t>(shard.S_global));
+    for (int64_t g = 0; g < shard.S_global; ++g)
+      row[g] = g < r.seq_len ? batch.positions[g] : static_cast<int32_t>(g - r.seq_len);
+    shard.doc_start = document_starts(row);
     backend->pools().reset_peaks();
     model.forward_backward(shard, 1.0);
     out = MemorySnapshot::of(backend->pools());

@@ -39,9 +39,9 @@ void AdamW::load_master(const ModelFolder& folder) {
 
 AdamW::StepInfo AdamW::step() {
   StepInfo info;
-  double sq = 0;
-  for (const Parameter& p : w_.params()) sq += be_.sum_squares(p.grad);
-  info.grad_norm = std::sqrt(sq);
+  std::vector<const Tensor*> grads;
+  for (const Parameter& p : w_.params()) grads.push_back(&p.grad);
+  info.grad_norm = std::sqrt(be_.sum_squares_all(grads));
   ++steps_;
   info.lr = learning_rate(config_, steps_);
   AdamWParams a;

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/documents.h"
 #include "cuda/cuda_test_util.h"
 
 namespace ulysses {
@@ -338,17 +339,18 @@ TEST_F(CudaBackendTest, AttentionDispatchAgainstCpu) {
                v = bf16_rounded(host_random({S, Hkv, d}, 62)), dout = bf16_rounded(host_random({S, H, d}, 63));
   Tensor dq_ = dev(q, DType::BF16), dk_ = dev(k, DType::BF16), dv_ = dev(v, DType::BF16);
   Tensor out = poisoned({S, H, d}, DType::BF16), lse = poisoned({H, S}, DType::F32);
-  gpu->attention_forward(out, lse, dq_, dk_, dv_, host_i32(ds), scale);
+  const Documents gdocs = make_documents(*gpu, ds), cdocs = make_documents(*cpu, ds);
+  gpu->attention_forward(out, lse, dq_, dk_, dv_, gdocs, scale);
   Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
-  cpu->attention_forward(rout, rlse, q, k, v, host_i32(ds), scale);
+  cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
   expect_close(out, rout, 2e-2, "attention out");
   expect_close(lse, rlse, 1e-3, "attention lse");
   Tensor gq = poisoned({S, H, d}, DType::BF16), gk = poisoned({S, Hkv, d}, DType::BF16),
          gv = poisoned({S, Hkv, d}, DType::BF16);
-  gpu->attention_backward(gq, gk, gv, dev(dout, DType::BF16), out, lse, dq_, dk_, dv_, host_i32(ds), scale);
+  gpu->attention_backward(gq, gk, gv, dev(dout, DType::BF16), out, lse, dq_, dk_, dv_, gdocs, scale);
   Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
          rv = Tensor::empty({S, Hkv, d}, DType::F32);
-  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, host_i32(ds), scale);
+  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, cdocs, scale);
   expect_close(gq, rq, 5e-2, "attention dq");
   expect_close(gk, rk, 5e-2, "attention dk");
   expect_close(gv, rv, 5e-2, "attention dv");
@@ -473,17 +475,18 @@ TEST_F(CudaBackendTest, Fp32BackendAttentionMatchesCpuTightly) {
     };
     Tensor out = gpu32->empty({S, H, d}, DType::F32), lse = gpu32->empty({H, S}, DType::F32);
     const Tensor gq = up(q), gk = up(k), gv = up(v);
-    gpu32->attention_forward(out, lse, gq, gk, gv, host_i32(ds), scale);
+    const Documents gdocs = make_documents(*gpu32, ds), cdocs = make_documents(*cpu, ds);
+    gpu32->attention_forward(out, lse, gq, gk, gv, gdocs, scale);
     Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
-    cpu->attention_forward(rout, rlse, q, k, v, host_i32(ds), scale);
+    cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
     EXPECT_LE(test::rel_error(down(out), rout), 1e-5) << "d " << d;
     EXPECT_LE(test::rel_error(down(lse), rlse), 1e-5) << "d " << d;
     Tensor dq = gpu32->empty({S, H, d}, DType::F32), dk = gpu32->empty({S, Hkv, d}, DType::F32),
            dv = gpu32->empty({S, Hkv, d}, DType::F32);
-    gpu32->attention_backward(dq, dk, dv, up(dout), out, lse, gq, gk, gv, host_i32(ds), scale);
+    gpu32->attention_backward(dq, dk, dv, up(dout), out, lse, gq, gk, gv, gdocs, scale);
     Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
            rv = Tensor::empty({S, Hkv, d}, DType::F32);
-    cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, host_i32(ds), scale);
+    cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, cdocs, scale);
     EXPECT_LE(test::rel_error(down(dq), rq), 1e-5) << "d " << d;
     EXPECT_LE(test::rel_error(down(dk), rk), 1e-5) << "d " << d;
     EXPECT_LE(test::rel_error(down(dv), rv), 1e-5) << "d " << d;

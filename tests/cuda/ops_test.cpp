@@ -52,7 +52,7 @@ TYPED_TEST(CudaOps, EmbeddingForwardBackward) {
   upload_i32(d_ids, ids);
   DeviceBuffer<T> d_out(N * D);
   d_out.poison();
-  cuda::embedding_forward(d_out.get(), d_ids.get(), d_table.get(), N, D, this->stream);
+  cuda::embedding_forward(d_out.get(), d_ids.get(), d_table.get(), N, V, D, this->stream);
   this->sync();
   std::vector<float> ref(N * D);
   cpu::embedding_forward(ref.data(), ids.data(), table.data(), N, D);
@@ -66,12 +66,36 @@ TYPED_TEST(CudaOps, EmbeddingForwardBackward) {
   upload(d_dout, dout);
   DeviceBuffer<float> d_dtable(V * D);
   upload(d_dtable, acc0);
-  cuda::embedding_backward(d_dtable.get(), d_dout.get(), d_ids.get(), N, D, this->stream);
+  cuda::embedding_backward(d_dtable.get(), d_dout.get(), d_ids.get(), N, V, D, this->stream);
   this->sync();
   std::vector<float> ref_dtable = acc0;
   cpu::embedding_backward(ref_dtable.data(), dout.data(), ids.data(), N, D);
   const auto dtable = download(d_dtable);
   EXPECT_CLOSE(dtable, ref_dtable, kF32Tol);
+
+  // Ids reach the device validated (no read-back in the step); a bad one all the same stays in
+  // bounds: a NaN row forward, nothing added backward.
+  std::vector<int32_t> bad = ids;
+  bad[3] = static_cast<int32_t>(V);
+  bad[5] = -1;
+  upload_i32(d_ids, bad);
+  d_out.poison();
+  cuda::embedding_forward(d_out.get(), d_ids.get(), d_table.get(), N, V, D, this->stream);
+  upload(d_dtable, acc0);
+  cuda::embedding_backward(d_dtable.get(), d_dout.get(), d_ids.get(), N, V, D, this->stream);
+  this->sync();
+  const auto out_bad = download(d_out), dtable_bad = download(d_dtable);
+  EXPECT_EQ(cuda_test::count_nan(out_bad), static_cast<size_t>(2 * D)) << "the two bad rows, and only they, are NaN";
+  std::vector<int32_t> good_ids;
+  std::vector<float> good_dout;
+  for (int64_t i = 0; i < N; ++i)
+    if (i != 3 && i != 5) {
+      good_ids.push_back(bad[i]);
+      good_dout.insert(good_dout.end(), dout.begin() + i * D, dout.begin() + (i + 1) * D);
+    }
+  std::vector<float> ref_bad = acc0;
+  cpu::embedding_backward(ref_bad.data(), good_dout.data(), good_ids.data(), N - 2, D);
+  EXPECT_CLOSE(dtable_bad, ref_bad, kF32Tol);
 }
 
 TYPED_TEST(CudaOps, RmsnormForward) {

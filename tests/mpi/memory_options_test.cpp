@@ -1,5 +1,5 @@
 // Every combination of the memory techniques (tiled MLP, tiled loss,
-// checkpointing, checkpoint offload) gives the plain path's loss and gradients
+// checkpointing, checkpoint offload, kept attention outputs) gives the plain path's loss and gradients
 // (loss ≤ 1e-6 relative, every gradient ≤ 1e-5) at every sequence-parallel
 // degree the world allows, on the committed fixtures and on a 4K-token sequence.
 #include <gtest/gtest.h>
@@ -36,14 +36,17 @@ Outcome run(LlamaWeights& w, Backend& be, const TokenBatch& batch, int sp, const
 
 std::vector<std::pair<std::string, StepOptions>> combinations(bool all) {
   std::vector<std::pair<std::string, StepOptions>> out;
-  for (int mask = 1; mask < 16; ++mask) {
-    if (!all && mask != 1 && mask != 2 && mask != 4 && mask != 8 && mask != 15) continue;
+  for (int mask = 1; mask < 32; ++mask) {
+    if (!all && mask != 1 && mask != 2 && mask != 4 && mask != 8 && mask != 15 && mask != 31) continue;
+    // keep-attention goes with checkpoints; with all, a few of its combinations
+    if ((mask & 16) && mask != (4 | 16) && mask != (8 | 16) && mask != (13 | 16) && mask != 31) continue;
     StepOptions o;
     std::string name;
     if (mask & 1) { o.mlp_tiles = all ? 3 : 0; name += "tiled-mlp "; }
     if (mask & 2) { o.loss_tile_tokens = all ? 7 : 1000; name += "tiled-loss "; }
     if (mask & 4) { o.checkpoint = true; name += "checkpoint "; }
     if (mask & 8) { o.checkpoint = true; o.offload_layers = all ? 1 : -1; name += "offload "; }
+    if (mask & 16) { o.keep_attention = true; name += "keep-attention "; }
     out.emplace_back(name, o);
   }
   return out;

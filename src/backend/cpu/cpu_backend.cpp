@@ -191,8 +191,9 @@ class CpuBackend final : public Backend {
   }
 
   void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& doc_start, double scale) override {
+                         const Documents& docs, double scale) override {
     const char* op = "attention_forward";
+    const Tensor& doc_start = docs.doc_start;
     const DType dt = data_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}});
     const Dims a = attention_dims(op, q, k, v, doc_start);
     check_shape(op, "out", out, q.shape());
@@ -206,8 +207,9 @@ class CpuBackend final : public Backend {
 
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                           const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& doc_start, double scale) override {
+                          const Documents& docs, double scale) override {
     const char* op = "attention_backward";
+    const Tensor& doc_start = docs.doc_start;
     const DType dt = data_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse},
                                      {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
     const Dims a = attention_dims(op, q, k, v, doc_start);
@@ -443,6 +445,7 @@ class CpuBackend final : public Backend {
               op << ": query heads H=" << a.H << " (q " << q.describe() << ") must be a multiple of kv heads Hkv="
                  << a.Hkv << " (k " << k.describe() << ")");
     check_shape(op, "v", v, k.shape());
+    ULY_CHECK(doc_start.defined(), op << ": the documents have no doc_start");
     check_dtype(op, "doc_start", doc_start, DType::I32);
     check_shape(op, "doc_start", doc_start, {a.S});
     const int32_t* ds = ptr<int32_t>(doc_start);

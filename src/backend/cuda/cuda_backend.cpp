@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -69,6 +70,14 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
     CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<CublasLtGemm>(allocator());
     scalar_ = empty({1}, DType::F64);
+    if (const char* a = std::getenv("ULYSSES_ATTENTION")) {
+      const std::string v = a;
+      ULY_CHECK(v == "auto" || v == "cudnn" || v == "own",
+                "ULYSSES_ATTENTION=" << v << " is not one of auto (cuDNN where it runs, our kernels elsewhere), "
+                                     << "cudnn (cuDNN or an error) and own (our kernels)");
+      attention_kernels_ = v == "cudnn" ? AttentionKernels::Cudnn : v == "own" ? AttentionKernels::Own
+                                                                              : AttentionKernels::Auto;
+    }
   } catch (...) {
     gemm_.reset();
     if (transfer_stream_ != nullptr) cudaStreamDestroy(transfer_stream_);
@@ -82,6 +91,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(transfer_stream_);
   cudaStreamSynchronize(stream_);
   scalar_ = Tensor();
+  cudnn_.reset();
   gemm_.reset();
   for (auto& [id, e] : transfers_) cudaEventDestroy(e);
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);

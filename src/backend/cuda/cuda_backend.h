@@ -6,11 +6,13 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm.h"
 #include "core/arena_allocator.h"
 
@@ -51,11 +53,14 @@ class CudaBackend : public Backend {
                         const Tensor& rstd) override;
   void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override;
   void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
+  // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
+  // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it); f32: ours.
   void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& doc_start, double scale) override;
+                         const Documents& docs, double scale) override;
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                           const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& doc_start, double scale) override;
+                          const Documents& docs, double scale) override;
+  size_t attention_workspace_bytes(const AttentionShape& shape, bool backward) override;
   void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up) override;
   void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits, const Tensor& targets,
@@ -78,19 +83,23 @@ class CudaBackend : public Backend {
   int device_index() const override { return device_index_; }
   CublasLtGemm& gemm() { return *gemm_; }
   // Sum over all tensors of the sum of squares of their elements (float32/bfloat16 device), one read-back.
-  double sum_squares_all(const std::vector<const Tensor*>& xs);
+  double sum_squares_all(const std::vector<const Tensor*>& xs) override;
   // x *= alpha in place (float32/bfloat16 device tensor).
   void scale(Tensor& x, double alpha);
 
  private:
   // A device int32 tensor with t's values: t itself when already on the device.
   Tensor device_int32(const Tensor& t, const char* op, const char* arg);
-  // Reads an int32 tensor's values to the host (synchronising when it is on the device).
-  std::vector<int32_t> host_int32(const Tensor& t);
+  // Checks the values of an int32 tensor on the host (ids or targets) against [0, V) (and -100
+  // when allow_ignored); device tensors were validated when the batch was made and are not read back.
+  static void check_host_ids(const Tensor& ids, int64_t V, bool allow_ignored, const char* op, const char* what);
   double read_back_scalar();  // reads scalar_ and synchronises
 
   cudaEvent_t take_event();
   Tensor attention_workspace(size_t bytes);
+  // Whether cuDNN runs this bf16 attention call (logs the choice once per reason).
+  bool use_cudnn(const AttentionShape& shape, bool backward);
+  AttentionProblem cudnn_problem(const AttentionShape& shape, double scale) const;
 
   int device_index_;
   DType act_dtype_;
@@ -103,6 +112,9 @@ class CudaBackend : public Backend {
   uint64_t next_transfer_ = 1;
   std::unique_ptr<CublasLtGemm> gemm_;
   Tensor scalar_;     // one float64 on the device, for reductions
+  enum class AttentionKernels { Auto, Cudnn, Own } attention_kernels_ = AttentionKernels::Auto;
+  std::unique_ptr<CudnnAttention> cudnn_;  // made on the first bf16 attention call
+  std::set<std::string> attention_choices_logged_;
 };
 
 }  // namespace ulysses::cuda

@@ -3,6 +3,7 @@
 // dtype per call); rstd, lse, losses and weight gradients are float32.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -18,6 +19,7 @@
 #include "backend/cuda/rope.h"
 #include "backend/cuda/swiglu.h"
 #include "backend/cuda/tensor_checks.h"
+#include "core/log.h"
 
 namespace ulysses::cuda {
 
@@ -48,18 +50,19 @@ Tensor CudaBackend::device_int32(const Tensor& t, const char* op, const char* ar
   return d;
 }
 
-std::vector<int32_t> CudaBackend::host_int32(const Tensor& t) {
-  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-  if (v.empty()) return v;
-  if (t.device() == Device::CUDA) {
-    CUDA_CHECK(cudaMemcpyAsync(v.data(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-  } else {
-    std::memcpy(v.data(), t.raw(), t.nbytes());
-  }
-  return v;
+void CudaBackend::check_host_ids(const Tensor& ids, int64_t V, bool allow_ignored, const char* op, const char* what) {
+  if (ids.device() == Device::CUDA) return;
+  const int32_t* h = static_cast<const int32_t*>(ids.raw());
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    ULY_CHECK((allow_ignored && h[i] == -100) || (h[i] >= 0 && h[i] < V),
+              op << ": " << what << " " << h[i] << " at position " << i << " is outside the vocabulary [0, " << V
+                 << ")" << (allow_ignored ? " and is not -100 (ignored)" : "")
+                 << "; the tokenizer and the model's vocab_size disagree");
 }
 
+// Ids on the host are checked here; ids already on the device were validated when the
+// batch was made (model/llama.cpp), so the step reads nothing back (the kernels never go
+// out of bounds on a bad id all the same: see embedding.h).
 void CudaBackend::embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) {
   const char* op = "embedding_forward";
   need_act(table, op, "table");
@@ -71,13 +74,10 @@ void CudaBackend::embedding_forward(Tensor& out, const Tensor& ids, const Tensor
   need_device(out, op, "out");
   need_dtype(out, table.dtype(), op, "out");
   need_shape(out, {N, D}, op, "out");
-  const std::vector<int32_t> h = host_int32(ids);
-  for (int64_t i = 0; i < N; ++i)
-    ULY_CHECK(h[i] >= 0 && h[i] < V, op << ": token id " << h[i] << " at position " << i << " is outside the vocabulary [0, "
-                                        << V << "); the tokenizer and the model's vocab_size disagree");
+  check_host_ids(ids, V, false, op, "token id");
   const Tensor dids = device_int32(ids, op, "ids");
   dispatch_act(table.dtype(), op, [&]<class T>() {
-    cuda::embedding_forward(ptr<T>(out), ptr<const int32_t>(dids), ptr<const T>(table), N, D, stream_);
+    cuda::embedding_forward(ptr<T>(out), ptr<const int32_t>(dids), ptr<const T>(table), N, V, D, stream_);
   });
 }
 
@@ -92,13 +92,10 @@ void CudaBackend::embedding_backward(Tensor& dtable, const Tensor& dout, const T
   const int64_t N = ids.dim(0);
   need_act(dout, op, "dout");
   need_shape(dout, {N, D}, op, "dout");
-  const std::vector<int32_t> h = host_int32(ids);
-  for (int64_t i = 0; i < N; ++i)
-    ULY_CHECK(h[i] >= 0 && h[i] < V, op << ": token id " << h[i] << " at position " << i
-                                        << " is outside the vocabulary [0, " << V << ")");
+  check_host_ids(ids, V, false, op, "token id");
   const Tensor dids = device_int32(ids, op, "ids");
   dispatch_act(dout.dtype(), op, [&]<class T>() {
-    cuda::embedding_backward(ptr<float>(dtable), ptr<const T>(dout), ptr<const int32_t>(dids), N, D, stream_);
+    cuda::embedding_backward(ptr<float>(dtable), ptr<const T>(dout), ptr<const int32_t>(dids), N, V, D, stream_);
   });
 }
 
@@ -199,7 +196,7 @@ namespace {
 struct AttnDims {
   int64_t S, H, Hkv, d;
 };
-AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_start, const char* op) {
+AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Documents& docs, const char* op) {
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     need_device(*t, op, name);
     need_act(*t, op, name);
@@ -212,8 +209,15 @@ AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   need_shape(v, {a.S, a.Hkv, a.d}, op, "v");
   ULY_CHECK(a.Hkv > 0 && a.H % a.Hkv == 0,
             op << ": query heads " << a.H << " must be a multiple of key/value heads " << a.Hkv);
-  need_dtype(doc_start, DType::I32, op, "doc_start");
-  need_shape(doc_start, {a.S}, op, "doc_start");
+  ULY_CHECK(docs.doc_start.defined() && docs.bounds.defined(), op << ": the documents are not set");
+  need_device(docs.doc_start, op, "doc_start");
+  need_dtype(docs.doc_start, DType::I32, op, "doc_start");
+  need_shape(docs.doc_start, {a.S}, op, "doc_start");
+  need_device(docs.bounds, op, "document bounds");
+  need_dtype(docs.bounds, DType::I32, op, "document bounds");
+  need_shape(docs.bounds, {docs.count + 1}, op, "document bounds");
+  ULY_CHECK(docs.count >= (a.S > 0 ? 1 : 0) && docs.longest <= a.S,
+            op << ": " << docs.count << " documents, the longest of " << docs.longest << " tokens, in " << a.S);
   return a;
 }
 void need_attention_lse(const Tensor& lse, const AttnDims& a, const char* op) {
@@ -222,7 +226,7 @@ void need_attention_lse(const Tensor& lse, const AttnDims& a, const char* op) {
   need_shape(lse, {a.H, a.S}, op, "lse");
 }
 
-// The attention kernels take d in {16, 32, 64, 128}; other head sizes (8 in tiny
+// Our bf16 kernels take d in {16, 32, 64, 128}; other head sizes (8 in tiny
 // test models, 48, 96, ...) run zero-padded to the next supported size: zero
 // q/k columns add nothing to the scores (the scale stays the caller's) and zero
 // v columns give zero output columns, which are dropped.
@@ -249,84 +253,146 @@ void unpad_heads(Backend& be, Tensor& x, const Tensor& y) {
                                cudaMemcpyDeviceToDevice, stream));
 }
 
+AttentionShape shape_of(const AttnDims& a, const Documents& docs) {
+  return AttentionShape{a.S, a.H, a.Hkv, a.d, docs.count, docs.longest};
+}
+
 }  // namespace
 
-// The backward's scratch memory, for this call only: with the memory reserved
+// The attention's scratch memory, for this call only: with the memory reserved
 // (the default) taking it is free, and a step's peak is then the same in its
-// first and in every later step (the planner mirrors this).
+// first and in every later step (the planner takes attention_workspace_bytes too).
 Tensor CudaBackend::attention_workspace(size_t bytes) {
   return bytes == 0 ? Tensor{} : empty({static_cast<int64_t>(bytes)}, DType::U8);
 }
 
+AttentionProblem CudaBackend::cudnn_problem(const AttentionShape& s, double scale) const {
+  AttentionProblem p;
+  p.S = s.S;
+  p.H = s.H;
+  p.Hkv = s.Hkv;
+  p.d = s.d;
+  p.documents = s.documents;
+  p.longest = s.longest;
+  p.scale = scale;
+  return p;
+}
+
+bool CudaBackend::use_cudnn(const AttentionShape& shape, bool backward) {
+  if (act_dtype_ != DType::BF16 || attention_kernels_ == AttentionKernels::Own || shape.S == 0) return false;
+  if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(stream_);
+  std::string why;
+  const bool ok = cudnn_->supports(cudnn_problem(shape, 1.0), backward, &why);
+  ULY_CHECK(ok || attention_kernels_ != AttentionKernels::Cudnn,
+            "attention: ULYSSES_ATTENTION=cudnn, but cuDNN " << CudnnAttention::runtime_version()
+                                                             << " has no engine for S=" << shape.S << ", H=" << shape.H
+                                                             << ", Hkv=" << shape.Hkv << ", d=" << shape.d << ", "
+                                                             << shape.documents << " documents: " << why);
+  const std::string choice = ok ? std::string("cuDNN ") + CudnnAttention::runtime_version() + " fused attention"
+                                : "our attention kernels (cuDNN: " + why + ")";
+  if (attention_choices_logged_.insert(choice).second)
+    ULY_INFO("attention " << (backward ? "backward" : "forward") << ": " << choice);
+  return ok;
+}
+
+size_t CudaBackend::attention_workspace_bytes(const AttentionShape& s, bool backward) {
+  if (act_dtype_ == DType::F32) return backward ? attention_backward_f32_workspace_bytes(s.S, s.H, s.Hkv, s.d) : 0;
+  if (use_cudnn(s, backward)) return cudnn_->workspace_bytes(cudnn_problem(s, 1.0), backward);
+  return backward ? attention_backward_workspace_bytes(s.S, s.H, s.Hkv, padded_head_dim(s.d)) : 0;
+}
+
 void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& doc_start, double scale) {
+                                    const Documents& docs, double scale) {
   const char* op = "attention_forward";
-  const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  const AttnDims a = attn_dims(q, k, v, docs, op);
   need_like(out, q, op, "out", "q");
   need_attention_lse(lse, a, op);
+  const AttentionShape shape = shape_of(a, docs);
   if (q.dtype() == DType::F32) {
-    const Tensor ds = device_int32(doc_start, op, "doc_start");
     attention_forward_f32(ptr<float>(out), ptr<float>(lse), ptr<const float>(q), ptr<const float>(k),
-                          ptr<const float>(v), ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale, stream_);
+                          ptr<const float>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale,
+                          stream_);
+    return;
+  }
+  need_aligned16(out, op, "out");
+  if (use_cudnn(shape, false)) {
+    const Tensor workspace = attention_workspace(attention_workspace_bytes(shape, false));
+    cudnn_->forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
+                    ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.bounds),
+                    cudnn_problem(shape, scale), workspace.defined() ? workspace.raw() : nullptr);
     return;
   }
   if (padded_head_dim(a.d) != a.d) {
     const int64_t dp = padded_head_dim(a.d);
     Tensor out_p = empty({a.S, a.H, dp}, out.dtype());
-    attention_forward(out_p, lse, pad_heads(*this, q, dp), pad_heads(*this, k, dp), pad_heads(*this, v, dp),
-                      doc_start, scale);
+    cuda::attention_forward(ptr<__nv_bfloat16>(out_p), ptr<float>(lse),
+                            ptr<const __nv_bfloat16>(pad_heads(*this, q, dp)),
+                            ptr<const __nv_bfloat16>(pad_heads(*this, k, dp)),
+                            ptr<const __nv_bfloat16>(pad_heads(*this, v, dp)), ptr<const int32_t>(docs.doc_start), a.S,
+                            a.H, a.Hkv, dp, scale, stream_);
     unpad_heads(*this, out, out_p);
     return;
   }
-  need_aligned16(out, op, "out");
-  const Tensor ds = device_int32(doc_start, op, "doc_start");
   cuda::attention_forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
-                          ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(ds), a.S, a.H,
-                          a.Hkv, a.d, scale, stream_);
+                          ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.doc_start),
+                          a.S, a.H, a.Hkv, a.d, scale, stream_);
 }
 
 void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                                      const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& doc_start, double scale) {
+                                     const Documents& docs, double scale) {
   const char* op = "attention_backward";
-  const AttnDims a = attn_dims(q, k, v, doc_start, op);
+  const AttnDims a = attn_dims(q, k, v, docs, op);
   need_like(dq, q, op, "dq", "q");
   need_like(dout, q, op, "dout", "q");
   need_like(out, q, op, "out", "q");
   need_like(dk, k, op, "dk", "k");
   need_like(dv, v, op, "dv", "v");
   need_attention_lse(lse, a, op);
+  const AttentionShape shape = shape_of(a, docs);
   if (q.dtype() == DType::F32) {
-    const Tensor ds = device_int32(doc_start, op, "doc_start");
-    const size_t ws = attention_backward_f32_workspace_bytes(a.S, a.H, a.Hkv, a.d);
+    const size_t ws = attention_workspace_bytes(shape, true);
     const Tensor workspace = attention_workspace(ws);
     attention_backward_f32(ptr<float>(dq), ptr<float>(dk), ptr<float>(dv), ptr<const float>(dout),
                            ptr<const float>(out), ptr<const float>(lse), ptr<const float>(q), ptr<const float>(k),
-                           ptr<const float>(v), ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale,
+                           ptr<const float>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale,
                            ws > 0 ? workspace.raw() : nullptr, ws, stream_);
-    return;
-  }
-  if (padded_head_dim(a.d) != a.d) {
-    const int64_t dp = padded_head_dim(a.d);
-    Tensor dq_p = empty({a.S, a.H, dp}, dq.dtype()), dk_p = empty({a.S, a.Hkv, dp}, dk.dtype()),
-           dv_p = empty({a.S, a.Hkv, dp}, dv.dtype());
-    attention_backward(dq_p, dk_p, dv_p, pad_heads(*this, dout, dp), pad_heads(*this, out, dp), lse,
-                       pad_heads(*this, q, dp), pad_heads(*this, k, dp), pad_heads(*this, v, dp), doc_start, scale);
-    unpad_heads(*this, dq, dq_p);
-    unpad_heads(*this, dk, dk_p);
-    unpad_heads(*this, dv, dv_p);
     return;
   }
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
                                 {&dout, "dout"}, {&out, "out"}})
     need_aligned16(*t, op, name);
-  const Tensor ds = device_int32(doc_start, op, "doc_start");
-  const size_t ws = attention_backward_workspace_bytes(a.S, a.H, a.Hkv, a.d);
+  if (use_cudnn(shape, true)) {
+    const Tensor workspace = attention_workspace(attention_workspace_bytes(shape, true));
+    cudnn_->backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
+                     ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
+                     ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
+                     ptr<const int32_t>(docs.bounds), cudnn_problem(shape, scale),
+                     workspace.defined() ? workspace.raw() : nullptr);
+    return;
+  }
+  const int64_t dp = padded_head_dim(a.d);
+  const size_t ws = attention_workspace_bytes(shape, true);
   const Tensor workspace = attention_workspace(ws);
+  if (dp != a.d) {
+    Tensor dq_p = empty({a.S, a.H, dp}, dq.dtype()), dk_p = empty({a.S, a.Hkv, dp}, dk.dtype()),
+           dv_p = empty({a.S, a.Hkv, dp}, dv.dtype());
+    cuda::attention_backward(ptr<__nv_bfloat16>(dq_p), ptr<__nv_bfloat16>(dk_p), ptr<__nv_bfloat16>(dv_p),
+                             ptr<const __nv_bfloat16>(pad_heads(*this, dout, dp)),
+                             ptr<const __nv_bfloat16>(pad_heads(*this, out, dp)), ptr<const float>(lse),
+                             ptr<const __nv_bfloat16>(pad_heads(*this, q, dp)),
+                             ptr<const __nv_bfloat16>(pad_heads(*this, k, dp)),
+                             ptr<const __nv_bfloat16>(pad_heads(*this, v, dp)), ptr<const int32_t>(docs.doc_start),
+                             a.S, a.H, a.Hkv, dp, scale, ws > 0 ? workspace.raw() : nullptr, ws, stream_);
+    unpad_heads(*this, dq, dq_p);
+    unpad_heads(*this, dk, dk_p);
+    unpad_heads(*this, dv, dv_p);
+    return;
+  }
   cuda::attention_backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
                            ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
                            ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
-                           ptr<const int32_t>(ds), a.S, a.H, a.Hkv, a.d, scale,
+                           ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale,
                            ws > 0 ? workspace.raw() : nullptr, ws, stream_);
 }
 
@@ -366,10 +432,7 @@ void CudaBackend::cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses
   need_shape(losses, {N}, op, "losses");
   need_dtype(targets, DType::I32, op, "targets");
   need_shape(targets, {N}, op, "targets");
-  const std::vector<int32_t> h = host_int32(targets);
-  for (int64_t i = 0; i < N; ++i)
-    ULY_CHECK(h[i] == -100 || (h[i] >= 0 && h[i] < V), op << ": target " << h[i] << " at row " << i
-                                                          << " is outside [0, " << V << ") and is not -100 (ignored)");
+  check_host_ids(targets, V, true, op, "target");
   const Tensor dt = device_int32(targets, op, "targets");
   dispatch_act(logits.dtype(), op, [&]<class T>() {
     cuda::cross_entropy_forward_backward(ptr<T>(dlogits), ptr<float>(losses), ptr<const T>(logits),

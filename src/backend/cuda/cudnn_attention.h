@@ -1,0 +1,73 @@
+// Causal attention through cuDNN's fused SDPA (the cuDNN frontend's graph API),
+// with the semantics of cpu::attention_forward/backward: GQA without expanding
+// K/V, packed documents as a variable-length batch (one batch entry per
+// document, ragged offsets into our [S, H, d] tensors: never an O(S^2) mask),
+// the natural-log log-sum-exp returned as lse [H, S], bf16 in, fp32 softmax
+// and accumulation. Graphs are built once per problem and cached; the frontend
+// is confined to cudnn_attention.cpp.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ulysses::cuda {
+
+// One attention call: S tokens, H query and Hkv key/value heads of size d, in
+// `documents` documents of which the longest has `longest` tokens.
+struct AttentionProblem {
+  int64_t S = 0, H = 0, Hkv = 0, d = 0;
+  int64_t documents = 1, longest = 0;
+  double scale = 1.0;
+};
+
+class CudnnAttention {
+ public:
+  struct Options {
+    // Packed rows run as a batch of documents padded to the next power of two with
+    // empty entries, so that rows with similar document counts share one graph.
+    bool pad_batch = true;
+    // Ragged offsets in int64 even where int32 would hold them (they must past 2^31 elements).
+    bool int64_offsets = false;
+    // Packed rows: softmax statistics as a ragged token-major [T, H] tensor (compact); otherwise
+    // padded per document, [batch, H, seq] (batch x seq can be up to 4x the row's tokens).
+    bool ragged_stats = true;
+  };
+  // Throws an Error when the cuDNN library cannot be loaded or a handle not created.
+  explicit CudnnAttention(cudaStream_t stream, Options options);
+  CudnnAttention(cudaStream_t stream);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // "9.19.0": the cuDNN library loaded at run time.
+  static std::string runtime_version();
+
+  // Whether cuDNN has an engine for this problem (builds and caches the graph);
+  // `why` gets cuDNN's reason when it has none.
+  bool supports(const AttentionProblem& p, bool backward, std::string* why = nullptr);
+  // Device scratch of one call (cuDNN's workspace, the ragged offsets and the token-major
+  // statistics of packed rows), 0 when none; the problem must be supported.
+  size_t workspace_bytes(const AttentionProblem& p, bool backward);
+
+  // out, q: [S, H, d]; k, v: [S, Hkv, d]; lse: [H, S] float32; bounds: [documents + 1]
+  // int32 device (0 = b_0 < ... = S). workspace: workspace_bytes(p, false) bytes.
+  void forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+               const __nv_bfloat16* v, const int32_t* bounds, const AttentionProblem& p, void* workspace);
+  // dq: [S, H, d], dk, dv: [S, Hkv, d] (write); dout, out: [S, H, d]; lse: [H, S] from forward.
+  void backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                const __nv_bfloat16* v, const int32_t* bounds, const AttentionProblem& p, void* workspace);
+
+  // Graphs built so far (for tests and logs).
+  size_t cached_graphs() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ulysses::cuda
