@@ -50,7 +50,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
   StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
   ProcessMesh mesh(comm.get(), sp_degree_from(args));
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), S);
-  const StepOptions options = step_options_from(args);
+  StepOptions options = step_options_from(args);
   if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize)) return 0;
 
   LlamaWeights weights(config);
@@ -96,6 +96,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()}, {"comm", comm.get().name()},
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
+      {"keep_attention", options.keep_attention},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},

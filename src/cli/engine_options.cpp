@@ -5,6 +5,8 @@
 
 #include "comm/launch_env.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/memory_pools.h"
 #include "train/memory_plan.h"
 
 namespace ulysses {
@@ -22,8 +24,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {"checkpoint", false, false, "keep only each layer's input; recompute the layer in backward"},
       {"offload-checkpoints", true, true, "keep the first K layers' checkpoints (or all) in host memory; implies "
                                           "--checkpoint (default all)"},
-      {"keep-attention", false, false, "with checkpoints: keep each layer's attention output and log-sum-exp on the "
-                                       "device so that the recompute skips the attention (2 of its 9 FLOP units)"},
+      {"keep-attention", true, true, "on|off|auto: with checkpoints, keep each layer's attention output and "
+                                     "log-sum-exp on the device so that the recompute skips the attention (2 of its 9 "
+                                     "FLOP units); auto (the default) keeps them when the plan with them fits"},
       {"dry-run", false, false, "print the memory plan per pool and stop before allocating anything"},
       {"memory-limit", true, false, "refuse steps whose planned device peak exceeds this many GiB (default: the "
                                     "device's free memory)"},
@@ -44,7 +47,10 @@ StepOptions step_options_from(const Args& args) {
     o.offload_layers = (v.empty() || v == "all") ? -1 : args.get_int("offload-checkpoints", -1);
     ULY_CHECK(o.offload_layers >= -1, "--offload-checkpoints expects a number of layers or 'all', got '" << v << "'");
   }
-  o.keep_attention = args.has("keep-attention");
+  const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
+  ULY_CHECK(keep.empty() || keep == "on" || keep == "off" || keep == "auto",
+            "--keep-attention takes on, off or auto, got '" << keep << "'");
+  o.keep_attention = keep.empty() || keep == "on";
   ULY_CHECK(!o.keep_attention || o.checkpoint,
             "--keep-attention keeps attention outputs for the recompute of checkpointed layers; add --checkpoint "
             "(or --offload-checkpoints)");
@@ -91,8 +97,12 @@ int sp_degree_from(const Args& args) { return static_cast<int>(args.get_int("sp"
 
 namespace ulysses {
 
+bool keep_attention_auto(const Args& args) {
+  return !args.has("keep-attention") || args.get("keep-attention", "on") == "auto";
+}
+
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           const StepOptions& options, bool with_optimizer) {
+                           StepOptions& options, bool with_optimizer) {
   PlanRequest req;
   req.config = config;
   req.seq_len = seq_len;
@@ -102,15 +112,30 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   req.device = backend.device();
   req.optimizer = with_optimizer;
   req.runtime = &backend;
+  size_t device_available = backend.device_memory_available();
+  if (args.has("memory-limit"))
+    device_available = static_cast<size_t>(args.get_double("memory-limit", 0) * static_cast<double>(size_t(1) << 30));
+  if (options.checkpoint && !options.keep_attention && keep_attention_auto(args)) {
+    PlanRequest keep = req;
+    keep.options.keep_attention = true;
+    const MemorySnapshot with_keep = plan_step_memory(keep);
+    bool fits = true;
+    try {
+      check_plan_fits(keep, with_keep, device_available, host_memory_available());
+    } catch (const Error&) {
+      fits = false;
+    }
+    ULY_INFO("--keep-attention auto: " << (fits ? "on" : "off") << " (the step with it needs "
+                                       << format_bytes(with_keep.device.peak) << " of "
+                                       << format_bytes(device_available) << ")");
+    if (fits) req.options.keep_attention = options.keep_attention = true;
+  }
   const MemorySnapshot plan = plan_step_memory(req);
   if (args.has("dry-run")) {
     std::cout << "memory plan: sequence " << seq_len << ", sp " << sp << ", backend " << backend.name() << "\n"
               << memory_report(plan, local_tokens(req), config.hidden_size);
     return true;
   }
-  size_t device_available = backend.device_memory_available();
-  if (args.has("memory-limit"))
-    device_available = static_cast<size_t>(args.get_double("memory-limit", 0) * static_cast<double>(size_t(1) << 30));
   check_plan_fits(req, plan, device_available, host_memory_available());
   if (!args.has("no-reserve")) backend.reserve_memory(plan.device.peak, plan.host.peak);
   return false;

@@ -22,10 +22,14 @@ int sp_degree_from(const Args& args);  // 0 = all ranks
 // --model DIR (its config.json) or --shape NAME, then --layers N if given.
 ModelConfig model_config_from(const Args& args, const std::string& command);
 
+// Whether --keep-attention is left to the plan (not given, or auto).
+bool keep_attention_auto(const Args& args);
+
 // Plans the step's memory (exact dry run) and refuses, with advice, a step that
 // cannot fit the device (or --memory-limit); with --dry-run prints the plan.
-// Returns true when the command should stop after the dry run.
+// With checkpoints and --keep-attention auto, turns options.keep_attention on
+// when the plan with it fits. Returns true when the command should stop after the dry run.
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           const StepOptions& options, bool with_optimizer = false);
+                           StepOptions& options, bool with_optimizer = false);
 
 }  // namespace ulysses
