@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backend/profile_scope.h"
 #include "io/safetensors.h"
 
 namespace ulysses {
@@ -38,6 +39,7 @@ void AdamW::load_master(const ModelFolder& folder) {
 }
 
 AdamW::StepInfo AdamW::step() {
+  ProfileScope prof(be_, "optimizer");
   StepInfo info;
   double sq = 0;
   for (const Parameter& p : w_.params()) sq += be_.sum_squares(p.grad);
