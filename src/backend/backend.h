@@ -18,6 +18,8 @@
 
 namespace ulysses {
 
+class StepProfile;
+
 // torch.optim.AdamW semantics; grad_scale multiplies the gradient first (clipping).
 struct AdamWParams {
   double lr = 1e-3;
@@ -84,6 +86,21 @@ class Backend {
   }
   // Work enqueued after this call runs after transfer `id` completed. Each id is waited once.
   virtual void wait_transfer(uint64_t id) { (void)id; }
+
+  // ---- profiling (see profile_scope.h; the model opens families through ProfileScope) ----
+  // Marks go to `profile` from now on; nullptr stops. Off by default, and while off
+  // the hooks return at once: no events, no clock reads, no synchronisation.
+  virtual void enable_profiling(StepProfile* profile) { (void)profile; }
+  // Opens / closes a family of ops on the stream the ops run on. family: a string
+  // that outlives the profile (a literal). absorb_nested: see StepProfile::open.
+  virtual void profile_push(const char* family, bool absorb_nested) {
+    (void)family;
+    (void)absorb_nested;
+  }
+  virtual void profile_pop() {}
+  // Feeds the profile every mark made so far; call after synchronize(), between
+  // steps, so that resolving device timings never stalls a step.
+  virtual void profile_flush() {}
 
   virtual void zero(Tensor& t) = 0;
   // dst and src: same numel; any of host/device on either side; float dtypes are converted.

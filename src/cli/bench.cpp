@@ -2,15 +2,18 @@
 // Times full training steps (forward, backward and, unless --no-optimizer, the
 // AdamW update) on random weights and tokens, and reports step time, tokens/s,
 // ALST-formula TFLOPS per GPU, MFU and peak memory (DESIGN.md §5), as a table
-// and as JSON.
+// and as JSON. --profile adds where the time of the timed steps goes, per op
+// family (core/step_profile.h).
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 
+#include "backend/profile_scope.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/log.h"
+#include "core/step_profile.h"
 #include "io/model_folder.h"
 #include "parallel/step_communicator.h"
 #include "train/flops.h"
@@ -31,6 +34,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"warmup", true, false, "untimed steps first (default 1)"},
       {"no-optimizer", false, false, "forward + backward only (no AdamW state, no update)"},
       {"json", true, false, "also write the result as JSON to this file"},
+      {"profile", false, false, "time each op family of the timed steps (a table, and \"profile\" in the JSON)"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
@@ -45,6 +49,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
   const int64_t steps = args.get_int("steps", 3), warmup = args.get_int("warmup", 1);
   ULY_CHECK(S > 0 && B > 0 && steps > 0 && warmup >= 0, "bench: --seq, --batch, --steps must be positive");
   const bool optimize = !args.has("no-optimizer");
+  const bool profiling = args.has("profile");
 
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
   StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
@@ -72,20 +77,30 @@ int run_bench(int argc, char** argv, Communicator& world) {
                      << " tokens, " << mesh.describe() << ", backend " << backend->name()
                      << (optimize ? ", with AdamW" : ", forward + backward only"));
   std::vector<double> times;
+  StepProfile profile;
   backend->pools().reset_peaks();
   for (int64_t i = 0; i < warmup + steps; ++i) {
+    if (profiling && i == warmup) backend->enable_profiling(&profile);
     backend->synchronize();
     world.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    weights.zero_grads(*backend);
+    {
+      ProfileScope prof(*backend, "zero grads");
+      weights.zero_grads(*backend);
+    }
     compute_loss_and_grads(model, weights, *backend, mesh, batch);
     if (optimizer) optimizer->step();
     backend->synchronize();
     world.barrier();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(dt);
+    if (profiling && i >= warmup) {
+      backend->profile_flush();  // after the step's synchronize: reading the events stalls nothing
+      profile.add_step(dt);
+    }
     ULY_INFO("step " << i + 1 << (i < warmup ? " (warm-up)" : "") << ": " << dt << " s");
   }
+  backend->enable_profiling(nullptr);
   std::sort(times.begin(), times.end());
   const double t = times[times.size() / 2];
   const StepFlops f = step_flops(config, std::vector<int64_t>(B, S), options.checkpoint);
@@ -102,6 +117,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},
       {"peak_host_pool_bytes", mem.host.peak},
       {"working_coefficient", working_coefficient(mem, (S + mesh.sp_size() - 1) / mesh.sp_size(), config.hidden_size)}};
+  if (profiling) j["profile"] = profile.json();
   if (world.rank() == 0) {
     std::printf("%-28s %s\n", "step time (median)", (std::to_string(t) + " s").c_str());
     std::printf("%-28s %.1f\n", "tokens/s", B * S / t);
@@ -111,6 +127,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
     std::printf("%-28s %s\n", "peak host memory (pools)", format_bytes(mem.host.peak).c_str());
     const std::string arena = backend->memory_reservation_report();
     if (!arena.empty()) std::cout << arena << "\n";
+    if (profiling)
+      std::cout << "\nprofile of rank 0, mean per timed step (the step time above is the median):\n"
+                << profile.table();
     std::cout << "BENCH_JSON " << j.dump() << std::endl;
     if (args.has("json")) std::ofstream(args.get("json")) << j.dump(2) << "\n";
   }

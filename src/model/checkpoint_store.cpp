@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/profile_scope.h"
+
 namespace ulysses {
 
 CheckpointStore::CheckpointStore(Backend& backend, int64_t layers, int64_t offload_layers)
@@ -24,12 +26,14 @@ CheckpointStore::~CheckpointStore() {
 bool CheckpointStore::offloaded(int64_t layer) const { return layer < offload_layers_; }
 
 void CheckpointStore::finish_put() {
+  ProfileScope prof(backend_, "checkpoint store");
   backend_.wait_transfer(put_id_);
   put_id_ = 0;
   put_source_ = Tensor{};
 }
 
 void CheckpointStore::put(int64_t layer, const Tensor& x) {
+  ProfileScope prof(backend_, "checkpoint store");
   finish_put();
   Slot& s = slots_[layer];
   if (offloaded(layer)) {
@@ -43,6 +47,7 @@ void CheckpointStore::put(int64_t layer, const Tensor& x) {
 }
 
 void CheckpointStore::prefetch(int64_t layer) {
+  ProfileScope prof(backend_, "checkpoint store");
   finish_put();
   if (layer < 0 || !offloaded(layer)) return;
   Slot& s = slots_[layer];
@@ -53,6 +58,7 @@ void CheckpointStore::prefetch(int64_t layer) {
 }
 
 Tensor CheckpointStore::take(int64_t layer) {
+  ProfileScope prof(backend_, "checkpoint store");
   prefetch(layer);
   Slot& s = slots_[layer];
   Tensor out = offloaded(layer) ? s.fetched : s.stored;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/profile_scope.h"
 #include "model/checkpoint_store.h"
 #include "model/rope.h"
 
@@ -63,9 +64,11 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
                 d = c_.head_dim;
   const DType t = be_.act_dtype();
   a.x_in = x_in;
+  ProfileScope prof(be_, "rmsnorm");
   a.xn1 = be_.empty({N, D}, t);
   a.rstd1 = be_.empty({N}, DType::F32);
   be_.rmsnorm_forward(a.xn1, a.rstd1, x_in, L.input_norm->value, c_.rms_norm_eps);
+  prof.next("qkv projections");
   a.q = be_.empty({N, H * d}, t);
   a.k = be_.empty({N, Hkv * d}, t);
   a.v = be_.empty({N, Hkv * d}, t);
@@ -75,15 +78,19 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
   a.q = a.q.reshape({N, H, d});
   a.k = a.k.reshape({N, Hkv, d});
   a.v = a.v.reshape({N, Hkv, d});
+  prof.next("rope");
   be_.rope_forward(a.q, a.q, positions_, inv_freq_);
   be_.rope_forward(a.k, a.k, positions_, inv_freq_);
+  prof.next("attention");
   a.attn = be_.empty({N, H, d}, t);
   if (kept) attention_->restore(a.attn, a.saved, a.q, a.k, a.v, docs_, kept->out, kept->lse);
   else attention_->forward(a.attn, a.saved, a.q, a.k, a.v, docs_);
   a.attn = a.attn.reshape({N, H * d});
+  prof.next("o-projection");
   a.x_mid = be_.empty({N, D}, t);
   linear(a.x_mid, a.attn, *L.wo);
   be_.add(a.x_mid, a.x_mid, x_in);
+  prof.end();
   mlp_forward(l, a.x_mid, a, x_out);
 }
 
@@ -91,9 +98,11 @@ void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tenso
   LlamaWeights::Layer& L = w_.layer(l);
   const int64_t N = x_mid.dim(0), D = c_.hidden_size, F = c_.intermediate_size;
   const DType t = be_.act_dtype();
+  ProfileScope prof(be_, "rmsnorm");
   a.xn2 = be_.empty({N, D}, t);
   a.rstd2 = be_.empty({N}, DType::F32);
   be_.rmsnorm_forward(a.xn2, a.rstd2, x_mid, L.post_norm->value, c_.rms_norm_eps);
+  prof.next("mlp");
   const int64_t T = mlp_tile_tokens(N);
   const bool tiled = T < N;
   const bool recompute = !x_out.defined();
@@ -124,6 +133,7 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
   LlamaWeights::Layer& L = w_.layer(l);
   const int64_t N = d_mid.dim(0), D = c_.hidden_size, F = c_.intermediate_size;
   const DType t = be_.act_dtype();
+  ProfileScope prof(be_, "mlp");
   Tensor dxn2 = be_.empty({N, D}, t);
   const int64_t T = mlp_tile_tokens(N);
   for (int64_t b = 0; b < N; b += T) {
@@ -148,6 +158,7 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
     linear_backward(dxn, *L.w_gate, dgate, xn, false);
     linear_backward(dxn, *L.w_up, dup, xn, true);
   }
+  prof.next("rmsnorm");
   Tensor dx2 = be_.empty({N, D}, t);
   be_.rmsnorm_backward(dx2, L.post_norm->grad, dxn2, a.x_mid, L.post_norm->value, a.rstd2);
   be_.add(d_mid, d_mid, dx2);
@@ -158,19 +169,25 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tenso
   const int64_t N = dy.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
                 d = c_.head_dim;
   const DType t = be_.act_dtype();
+  ProfileScope prof(be_, "mlp");
   Tensor d_mid = be_.empty({N, D}, t);
   be_.copy(d_mid, dy);
   mlp_backward(l, a, d_mid);
+  prof.next("o-projection");
   Tensor dattn = be_.empty({N, H * d}, t);
   linear_backward(dattn, *L.wo, d_mid, a.attn, false);
+  prof.next("attention");
   Tensor dq = be_.empty({N, H, d}, t), dk = be_.empty({N, Hkv, d}, t), dv = be_.empty({N, Hkv, d}, t);
   attention_->backward(dq, dk, dv, dattn.reshape({N, H, d}), a.saved, docs_);
+  prof.next("rope");
   be_.rope_backward(dq, dq, positions_, inv_freq_);
   be_.rope_backward(dk, dk, positions_, inv_freq_);
+  prof.next("qkv projections");
   Tensor dxn1 = be_.empty({N, D}, t);
   linear_backward(dxn1, *L.wq, dq.reshape({N, H * d}), a.xn1, false);
   linear_backward(dxn1, *L.wk, dk.reshape({N, Hkv * d}), a.xn1, true);
   linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), a.xn1, true);
+  prof.next("rmsnorm");
   be_.rmsnorm_backward(dx, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1);
   be_.add(dx, dx, d_mid);
 }
@@ -182,8 +199,10 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
   Parameter& head = w_.lm_head();
   const int64_t N = x.dim(0), D = c_.hidden_size, V = c_.vocab_size;
   const DType t = be_.act_dtype();
+  ProfileScope prof(be_, "rmsnorm");
   Tensor xn = be_.empty({N, D}, t), rstd = be_.empty({N}, DType::F32);
   be_.rmsnorm_forward(xn, rstd, x, norm.value, c_.rms_norm_eps);
+  prof.next("lm_head + loss");
   const bool backward = dx.defined();
   Tensor dxn = backward ? be_.empty({N, D}, t) : Tensor{};
   const int64_t T = options_.loss_tile_tokens > 0 ? std::min(options_.loss_tile_tokens, N) : N;
@@ -202,6 +221,7 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
     Tensor dxt = dxn.slice(b, e);
     linear_backward(dxt, head, logits, xt, false);
   }
+  prof.next("rmsnorm");
   if (backward) be_.rmsnorm_backward(dx, norm.grad, dxn, x, norm.value, rstd);
   return be_.sum(losses);
 }
@@ -234,8 +254,10 @@ double LlamaModel::forward_loss(const SequenceShard& shard) {
   const DType t = be_.act_dtype();
   Tensor ids, targets;
   begin_sequence(shard, ids, targets);
+  ProfileScope prof(be_, "embedding");
   Tensor x = be_.empty({N, D}, t);
   be_.embedding_forward(x, ids, w_.embed().value);
+  prof.end();
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     LayerActs acts;
     Tensor y = be_.empty({N, D}, t);
@@ -255,8 +277,10 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   Tensor ids, targets;
   begin_sequence(shard, ids, targets);
 
+  ProfileScope prof(be_, "embedding");
   Tensor x = be_.empty({N, D}, t);
   be_.embedding_forward(x, ids, w_.embed().value);
+  prof.end();
 
   std::vector<LayerActs> acts(Lyr);
   std::vector<KeptAttention> kept(Lyr);
@@ -286,6 +310,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     if (options_.checkpoint) {  // recompute this layer from its saved input
       const Tensor x_in = store.take(l);
       store.prefetch(l - 1);
+      ProfileScope recompute(be_, "recompute", ProfileScope::AbsorbNested);
       Tensor no_output;
       layer_forward(l, x_in, acts[l], no_output, keep ? &kept[l] : nullptr);
       kept[l] = KeptAttention{};
@@ -295,6 +320,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     acts[l] = LayerActs{};
     dx = dprev;
   }
+  prof.next("embedding");
   be_.embedding_backward(w_.embed().grad, dx, ids);
   positions_ = Tensor{};
   docs_ = Documents{};

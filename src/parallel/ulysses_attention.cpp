@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backend/profile_scope.h"
 #include "parallel/collectives.h"
 
 namespace ulysses {
@@ -28,6 +29,7 @@ Tensor UlyssesAttention::scatter_heads(const Tensor& local, int64_t n, bool kv) 
     Tensor block = send.slice(j * S_l, (j + 1) * S_l);
     backend_.copy_heads(block, 0, local, head0(j, kv), n, false);
   }
+  ProfileScope prof(backend_, "all-to-all");
   all_to_all(comm_, backend_, send, recv);
   return recv;
 }
@@ -36,7 +38,9 @@ void UlyssesAttention::gather_heads(Tensor& local, const Tensor& gathered, int64
   const int64_t S_l = local.dim(0);
   MemTagScope tag(backend_.pools(), MemTag::Communication);
   Tensor recv = backend_.empty(gathered.shape(), gathered.dtype());
+  ProfileScope prof(backend_, "all-to-all");
   all_to_all(comm_, backend_, gathered, recv);
+  prof.end();
   const bool replicated = kv && Hkv_ < P_;
   if (replicated) backend_.zero(local);
   for (int64_t j = 0; j < P_; ++j) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backend/profile_scope.h"
 #include "io/safetensors.h"
 
 namespace ulysses {
@@ -38,6 +39,7 @@ void AdamW::load_master(const ModelFolder& folder) {
 }
 
 AdamW::StepInfo AdamW::step() {
+  ProfileScope prof(be_, "optimizer");
   StepInfo info;
   std::vector<const Tensor*> grads;
   for (const Parameter& p : w_.params()) grads.push_back(&p.grad);

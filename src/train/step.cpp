@@ -1,5 +1,6 @@
 #include "train/step.h"
 
+#include "backend/profile_scope.h"
 #include "parallel/collectives.h"
 
 namespace ulysses {
@@ -42,6 +43,7 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
   for (const SequenceShard& s : shards) local_sum += model.forward_backward(s, grad_scale);
   backend.synchronize();
   finish_loss(local_sum, mesh, r);
+  ProfileScope prof(backend, "grad all-reduce");
   for (Parameter& p : weights.params()) all_reduce_sum(mesh.world(), backend, p.grad);
   return r;
 }

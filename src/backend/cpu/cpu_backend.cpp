@@ -5,12 +5,14 @@
 // all data tensors of one call share one dtype. Index tensors (ids, pos,
 // targets, doc_start) are int32; inv_freq is float32.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "core/step_profile.h"
 
 namespace ulysses {
 namespace {
@@ -116,6 +118,15 @@ class CpuBackend final : public Backend {
   }
 
   void synchronize() override {}
+
+  // Every op has finished when it returns, so the host clock times the families.
+  void enable_profiling(StepProfile* profile) override { profile_ = profile; }
+  void profile_push(const char* family, bool absorb_nested) override {
+    if (profile_ != nullptr) profile_->open(family, absorb_nested, now());
+  }
+  void profile_pop() override {
+    if (profile_ != nullptr) profile_->close(now());
+  }
 
   void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) override {
     const char* op = "embedding_forward";
@@ -494,6 +505,10 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
   struct Lagging {
     void* dst;
     const void* src;
@@ -502,6 +517,7 @@ class CpuBackend final : public Backend {
   bool lagging_transfers_;
   std::map<uint64_t, Lagging> lagging_;
   uint64_t next_transfer_ = 1;
+  StepProfile* profile_ = nullptr;
 };
 
 }  // namespace

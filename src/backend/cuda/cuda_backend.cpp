@@ -1,6 +1,8 @@
-// CudaBackend: device selection, memory, copies, reductions, GEMM, optimizer.
+// CudaBackend: device selection, memory, copies, reductions, GEMM, optimizer, profiling marks.
 // The per-op dispatch lives in cuda_backend_ops.cpp.
 #include "backend/cuda/cuda_backend.h"
+
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include "backend/cuda/tensor_checks.h"
 #include "backend/device_arch.h"
 #include "core/error.h"
+#include "core/step_profile.h"
 
 namespace ulysses {
 namespace cuda {
@@ -93,6 +96,8 @@ CudaBackend::~CudaBackend() {
   scalar_ = Tensor();
   cudnn_.reset();
   gemm_.reset();
+  drop_profile_marks();
+  for (cudaEvent_t e : spare_timing_events_) cudaEventDestroy(e);
   for (auto& [id, e] : transfers_) cudaEventDestroy(e);
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   cudaStreamDestroy(transfer_stream_);
@@ -167,6 +172,65 @@ void CudaBackend::wait_transfer(uint64_t id) {
   CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
   spare_events_.push_back(it->second);
   transfers_.erase(it);
+}
+
+void CudaBackend::enable_profiling(StepProfile* profile) {
+  if (profile != profile_) drop_profile_marks();
+  profile_ = profile;
+}
+
+void CudaBackend::profile_push(const char* family, bool absorb_nested) {
+  if (profile_ == nullptr) return;
+  nvtxRangePushA(family);
+  profile_mark(family, absorb_nested);
+}
+
+void CudaBackend::profile_pop() {
+  if (profile_ == nullptr) return;
+  profile_mark(nullptr, false);
+  nvtxRangePop();
+}
+
+void CudaBackend::profile_mark(const char* family, bool absorb_nested) {
+  cudaEvent_t e = nullptr;
+  if (spare_timing_events_.empty()) {
+    CUDA_CHECK(cudaEventCreate(&e));
+  } else {
+    e = spare_timing_events_.back();
+    spare_timing_events_.pop_back();
+  }
+  profile_marks_.push_back(ProfileMark{e, family, absorb_nested});
+  CUDA_CHECK(cudaEventRecord(e, stream_));
+}
+
+// The time between two consecutive marks is what the stream spent under the
+// family innermost between them; gaps where the stream idled (the host was
+// busy, or waited on another rank) belong to that family too, or to "other".
+void CudaBackend::profile_flush() {
+  if (profile_ == nullptr || profile_marks_.empty()) return;
+  CUDA_CHECK(cudaEventSynchronize(profile_marks_.back().event));
+  for (const ProfileMark& m : profile_marks_) {
+    if (profile_last_ != nullptr) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, profile_last_, m.event));
+      profile_clock_ += 1e-3 * ms;
+      spare_timing_events_.push_back(profile_last_);
+    }
+    profile_last_ = m.event;
+    if (m.family != nullptr)
+      profile_->open(m.family, m.absorb_nested, profile_clock_);
+    else
+      profile_->close(profile_clock_);
+  }
+  profile_marks_.clear();
+}
+
+void CudaBackend::drop_profile_marks() {
+  // Destroyed rather than reused: a dropped mark may still be pending on the stream.
+  for (const ProfileMark& m : profile_marks_) cudaEventDestroy(m.event);
+  profile_marks_.clear();
+  if (profile_last_ != nullptr) cudaEventDestroy(profile_last_);
+  profile_last_ = nullptr;
 }
 
 void CudaBackend::synchronize() {

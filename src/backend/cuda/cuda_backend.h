@@ -46,6 +46,13 @@ class CudaBackend : public Backend {
   void copy(Tensor& dst, const Tensor& src) override;
   void synchronize() override;
 
+  // Profile marks are events on the compute stream (and NVTX ranges for Nsight
+  // Systems); their times are read only in profile_flush().
+  void enable_profiling(StepProfile* profile) override;
+  void profile_push(const char* family, bool absorb_nested) override;
+  void profile_pop() override;
+  void profile_flush() override;
+
   void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) override;
   void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
@@ -96,6 +103,8 @@ class CudaBackend : public Backend {
   double read_back_scalar();  // reads scalar_ and synchronises
 
   cudaEvent_t take_event();
+  void profile_mark(const char* family, bool absorb_nested);  // family nullptr: a close
+  void drop_profile_marks();
   Tensor attention_workspace(size_t bytes);
   // Whether cuDNN runs this bf16 attention call (logs the choice once per reason).
   bool use_cudnn(const AttentionShape& shape, bool backward);
@@ -115,6 +124,17 @@ class CudaBackend : public Backend {
   enum class AttentionKernels { Auto, Cudnn, Own } attention_kernels_ = AttentionKernels::Auto;
   std::unique_ptr<CudnnAttention> cudnn_;  // made on the first bf16 attention call
   std::set<std::string> attention_choices_logged_;
+
+  struct ProfileMark {
+    cudaEvent_t event;  // recorded on the compute stream, with timing
+    const char* family;
+    bool absorb_nested;
+  };
+  StepProfile* profile_ = nullptr;
+  std::vector<ProfileMark> profile_marks_;     // recorded, not yet fed to profile_
+  cudaEvent_t profile_last_ = nullptr;         // the last mark fed: where the next interval starts
+  double profile_clock_ = 0;                   // seconds of stream time fed so far
+  std::vector<cudaEvent_t> spare_timing_events_;
 };
 
 }  // namespace ulysses::cuda

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# ulysses bench --profile on CPU: the table names the op families, and the
+# families cover at least 95% of the step (the acceptance bar of the profile).
+source "$(dirname "$0")/lib.sh" "$@"
+cd "$TMP"
+
+run() { "$ULYSSES" bench --shape tiny --seq 256 --steps 1 --warmup 0 --backend cpu "$@"; }
+
+if run --profile --json bench.json > out.txt 2> err.txt; then pass "bench --profile runs"; else
+  fail "bench --profile runs"; sed 's/^/     /' err.txt | tail -5; fi
+for family in attention mlp "lm_head \+ loss" rmsnorm "qkv projections" embedding optimizer other; do
+  grep -q -E "^$family +[0-9]" out.txt && pass "table has '$family'" || fail "table has '$family'"
+done
+# The JSON line: families with seconds/share/calls that sum to the step, and accounted >= 0.95.
+if python3 - out.txt bench.json <<'PY'
+import json, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("BENCH_JSON ")]
+assert len(line) == 1, "no BENCH_JSON line"
+j = json.loads(line[0][len("BENCH_JSON "):])
+p = j["profile"]
+assert json.load(open(sys.argv[2]))["profile"] == p, "--json file and BENCH_JSON differ"
+acc = p.pop("accounted")
+assert acc >= 0.95, f"accounted {acc} < 0.95: {p}"
+shares = sum(f["share"] for f in p.values())
+assert abs(shares - 1) < 1e-9, f"shares sum to {shares}"
+seconds = sum(f["seconds"] for f in p.values())
+assert abs(seconds - j["step_time_s"]) < 1e-6 * max(1, j["step_time_s"]), f"{seconds} s vs step {j['step_time_s']}"
+assert p["attention"]["calls"] >= 2 * 2, p["attention"]  # forward and backward of each layer
+assert abs(acc - (1 - p["other"]["share"])) < 1e-12
+print(f"accounted {acc:.4f}")
+PY
+then pass "profile JSON: shares sum to 1, accounted >= 0.95"; else fail "profile JSON"; fi
+
+# With checkpoints the recompute is its own family; without --profile there is no profile.
+run --profile --checkpoint > ckpt.txt 2>&1 && grep -q -E "^recompute +[0-9]" ckpt.txt \
+  && grep -q -E "^checkpoint store +[0-9]" ckpt.txt && pass "recompute and checkpoint store families" \
+  || fail "recompute and checkpoint store families"
+run > plain.txt 2>&1 && ! grep -q '"profile"' plain.txt && ! grep -q "^accounted" plain.txt \
+  && pass "no profile without --profile" || fail "no profile without --profile"
+finish
