@@ -2,7 +2,8 @@
 # Packs what the GPU machine needs from a CUDA build made here into .carry/
 # (git-ignored): the binaries, and the shared libraries that machine lacks
 # (OpenBLAS, yaml-cpp and their runtime), compressed. Then call the device tool
-# with carry [".carry"] and the command `bash bench/device/run.sh .carry/build`.
+# with carry [".carry"] and the command
+# `python3 bench/device/runner.py --build .carry/build SUITE` (verify, compare, ...: see --list).
 set -euo pipefail
 B=${1:-build-gpu}
 D=.carry
