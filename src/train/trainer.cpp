@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <csignal>
 #include <chrono>
 #include <cmath>
@@ -101,7 +102,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.act_dtype = backend->act_dtype();
   plan.device = backend->device();
   plan.optimizer = true;
-  plan.documents = 2;  // training rows pack documents: plan the variable-length attention
+  plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
   plan.runtime = backend.get();
   const MemorySnapshot planned = plan_step_memory(plan);
   check_plan_fits(plan, planned, backend->device_memory_available(), host_memory_available());
