@@ -155,5 +155,34 @@ TEST(MemoryPlan, PlanForUnsplittableDegreeFails) {
   EXPECT_THROW(plan_step_memory(r), Error);
 }
 
+
+// The longest sequence that fits a budget is exactly the one whose plan meets it: the budget
+// set to the plan of 4096 tokens gives 4096 (plans grow with the length), one step less gives
+// less, and a budget under the shortest sequence's plan gives 0.
+TEST(MemoryPlan, MaxSequenceIsTheLongestThatFits) {
+  PlanRequest r;
+  r.config = small_config(2);
+  r.options.checkpoint = true;
+  r.options.mlp_tiles = 0;
+  r.seq_len = 4096;
+  const MemorySnapshot at4k = plan_step_memory(r);
+  r.seq_len = 5120;
+  ASSERT_GT(plan_step_memory(r).device.peak, at4k.device.peak);
+  const size_t no_limit = ~size_t{0};
+  EXPECT_EQ(max_sequence(r, at4k.device.peak, no_limit), 4096);
+  EXPECT_EQ(max_sequence(r, at4k.device.peak - 1, no_limit), 3072);
+  r.seq_len = 1024;
+  EXPECT_EQ(max_sequence(r, plan_step_memory(r).device.peak - 1, no_limit), 0);
+  // The host budget binds offloaded checkpoints the same way.
+  r.options.offload_layers = -1;
+  r.seq_len = 2048;
+  const MemorySnapshot off = plan_step_memory(r);
+  ASSERT_GT(off.host.peak, 0u);
+  EXPECT_EQ(max_sequence(r, no_limit, off.host.peak), 2048);
+  // With sp ranks the length is a multiple of the degree too (1024 is one of 2).
+  r.sp = 2;
+  EXPECT_EQ(max_sequence(r, no_limit, off.host.peak) % 2, 0);
+}
+
 }  // namespace
 }  // namespace ulysses::test

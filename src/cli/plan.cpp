@@ -1,6 +1,8 @@
 // ulysses plan --model DIR | --shape NAME --seq S [--sp P] [memory options]
+// ulysses plan --model DIR | --shape NAME --max-seq [--memory-limit GiB] [--host-mem-limit GiB] [--sp P] [options]
 // The exact memory plan of one training step, per pool, without running it
-// (and without a GPU or the ranks it describes).
+// (and without a GPU or the ranks it describes); or the longest sequence that fits.
+#include <cstdio>
 #include <iostream>
 
 #include "backend/backend.h"
@@ -10,6 +12,83 @@
 #include "train/memory_plan.h"
 
 namespace ulysses {
+namespace {
+
+size_t gib_option(const Args& args, const char* name, size_t fallback) {
+  if (!args.has(name)) return fallback;
+  const double g = args.get_double(name, 0);
+  ULY_CHECK(g > 0, "plan: --" << name << " must be a positive number of GiB, got " << g);
+  return static_cast<size_t>(g * static_cast<double>(size_t(1) << 30));
+}
+
+std::string options_text(const StepOptions& o) {
+  std::string s;
+  if (o.offload_layers != 0)
+    s += o.offload_layers < 0 ? "--offload-checkpoints " : "--offload-checkpoints=" + std::to_string(o.offload_layers) + " ";
+  else if (o.checkpoint)
+    s += "--checkpoint ";
+  if (o.keep_attention) s += "--keep-attention ";
+  if (o.loss_tile_tokens > 0) s += "--tiled-loss ";
+  if (o.mlp_tiles != 1) s += "--tiled-mlp ";
+  if (!s.empty()) s.pop_back();
+  return s.empty() ? "(none)" : s;
+}
+
+// The longest sequence for the options given and for a ladder of the usual combinations,
+// then the plan of the longest. The search plans without asking the GPU (a cuDNN graph per
+// length would take minutes); the final plan asks it where there is one, stepping down while
+// cuDNN's workspace makes it miss.
+int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
+  // The CPU backend's "device" is this host's memory; a CUDA plan needs the GPU here or a figure.
+  const size_t device_budget = gib_option(
+      args, "memory-limit",
+      runtime ? runtime->device_memory_available() : req.device == Device::CPU ? host_memory_available() : size_t{0});
+  ULY_CHECK(device_budget > 0, "plan --max-seq: give the device budget with --memory-limit GiB (there is no GPU here "
+                               "to ask)");
+  const size_t host_budget = gib_option(args, "host-mem-limit", host_memory_available());
+  StepOptions tiled;
+  tiled.loss_tile_tokens = 1024;
+  tiled.mlp_tiles = 0;
+  StepOptions ckpt = tiled, keep = tiled, offload = tiled;
+  ckpt.checkpoint = keep.checkpoint = offload.checkpoint = true;
+  keep.keep_attention = true;
+  offload.offload_layers = -1;
+  std::vector<StepOptions> ladder = {req.options, tiled, keep, ckpt, offload};
+  std::cout << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
+            << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
+            << format_bytes(host_budget) << "\n";
+  std::printf("  %-62s %14s\n", "options", "max tokens");
+  PlanRequest search = req;
+  search.runtime = nullptr;
+  int64_t best = 0;
+  StepOptions best_options = req.options;
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    if (i > 0 && options_text(ladder[i]) == options_text(req.options)) continue;
+    search.options = ladder[i];
+    const int64_t n = max_sequence(search, device_budget, host_budget);
+    std::printf("  %-62s %14lld%s\n", (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(),
+                static_cast<long long>(n), n == 0 ? "  (not even 1024 tokens)" : "");
+    if (n > best) best = n, best_options = ladder[i];
+  }
+  ULY_CHECK(best > 0, "plan --max-seq: no option fits 1024 tokens in " << format_bytes(device_budget)
+                                                                        << " of device memory; add ranks (--sp)");
+  req.options = best_options;
+  for (;;) {  // the final plan with the GPU's own workspaces, where there is one
+    req.seq_len = best;
+    const MemorySnapshot m = plan_step_memory(req);
+    if ((m.device.peak <= device_budget && m.host.peak <= host_budget) || best <= 1024) {
+      std::cout << "max seq: " << best << " tokens with " << options_text(best_options) << "\n"
+                << memory_report(m, local_tokens(req), req.config.hidden_size);
+      break;
+    }
+    best -= 1024;
+  }
+  if (req.device == Device::CUDA && !runtime)
+    std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's is known only on the GPU)\n";
+  return 0;
+}
+
+}  // namespace
 
 int run_plan(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
@@ -17,6 +96,9 @@ int run_plan(int argc, char** argv) {
       {"shape", true, false, "a named shape instead: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny"},
       {"layers", true, false, "override the number of layers"},
       {"seq", true, false, "sequence length in tokens (global, before splitting over sp)"},
+      {"max-seq", false, false, "find the longest sequence that fits the device (--memory-limit, or the GPU here) and "
+                                "host (--host-mem-limit) budgets, for the options given and a ladder of others"},
+      {"host-mem-limit", true, false, "host memory budget in GiB for --max-seq (default: what this host has available)"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
@@ -30,7 +112,8 @@ int run_plan(int argc, char** argv) {
   PlanRequest req;
   req.config = model_config_from(args, "plan");
   req.seq_len = args.get_int("seq", 0);
-  ULY_CHECK(req.seq_len > 0, "plan: give the sequence length with --seq TOKENS");
+  ULY_CHECK(req.seq_len > 0 || args.has("max-seq"),
+            "plan: give the sequence length with --seq TOKENS (or --max-seq to find the longest that fits)");
   req.sp = std::max(1, sp_degree_from(args));
   req.options = step_options_from(args);
   const std::string backend = backend_name_from(args);
@@ -46,6 +129,7 @@ int run_plan(int argc, char** argv) {
     }
   }
   req.runtime = runtime.get();
+  if (args.has("max-seq")) return print_max_seq(args, req, runtime.get());
   const MemorySnapshot m = plan_step_memory(req);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"

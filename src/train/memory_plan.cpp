@@ -1,5 +1,6 @@
 #include "train/memory_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -90,6 +91,32 @@ std::string memory_report(const MemorySnapshot& m, int64_t tokens, int64_t hidde
                 static_cast<long long>(hidden));
   os << line;
   return os.str();
+}
+
+int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, int64_t granularity) {
+  ULY_CHECK(granularity > 0 && req.sp > 0, "max_sequence: granularity and sp must be positive");
+  const int64_t unit = granularity % req.sp == 0 ? granularity : granularity * req.sp;
+  auto fits = [&](int64_t units) {
+    req.seq_len = units * unit;
+    req.documents = std::min<int64_t>(req.documents, req.seq_len);
+    const MemorySnapshot m = plan_step_memory(req);
+    return m.device.peak <= device_budget && m.host.peak <= host_budget;
+  };
+  // Sequences past 2^30 tokens leave the int32 token indices behind: the search stops there.
+  const int64_t cap = (int64_t{1} << 30) / unit;
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // fits(lo), and hi is the next to try
+  while (hi <= cap && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > cap) hi = cap + 1;
+  while (hi - lo > 1) {  // fits(lo), !fits(hi) (or hi past the cap)
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid;
+  }
+  return lo * unit;
 }
 
 void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,

@@ -48,6 +48,12 @@ double working_coefficient(const MemorySnapshot& m, int64_t local_tokens, int64_
 // A table per pool (current at the end of the step, peak) with the totals and c.
 std::string memory_report(const MemorySnapshot& m, int64_t local_tokens, int64_t hidden);
 
+// The longest sequence (a multiple of `granularity` tokens and of the degree) whose plan
+// fits `device_budget` and `host_budget` bytes with the request's options; 0 when even
+// `granularity` tokens do not fit. req.seq_len is ignored. Doubling, then bisection: about
+// 2 log2(S / granularity) dry runs.
+int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, int64_t granularity = 1024);
+
 // Throws a clear error when the planned device peak is over `device_available`
 // bytes (or the host peak over `host_available`): by how much, and which memory
 // options (or degrees) would make the step fit.

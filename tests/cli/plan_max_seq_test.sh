@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# ulysses plan --max-seq: the longest sequence for a budget, and that sequence's plan fits the
+# budget while one step more does not (checked with plan --seq ... --memory-limit).
+source "$(dirname "$0")/lib.sh" "$@"
+cd "$TMP"
+
+"$ULYSSES" plan --shape tiny --layers 2 --max-seq --memory-limit 0.25 --checkpoint --tiled-mlp > out.txt 2> err.txt \
+  && pass "plan --max-seq runs" || { fail "plan --max-seq runs"; sed 's/^/     /' err.txt | tail -5; }
+n=$(sed -n 's/^max seq: \([0-9]*\) tokens with .*/\1/p' out.txt)
+opts=$(sed -n 's/^max seq: [0-9]* tokens with \(.*\)/\1/p' out.txt)
+[ -n "$n" ] && [ "$n" -gt 0 ] && pass "max seq line ($n tokens, $opts)" || { fail "max seq line"; cat out.txt | head -12; }
+grep -q -E "^  --offload-checkpoints --tiled-loss --tiled-mlp +[0-9]+$" out.txt \
+  && pass "the ladder lists offloaded checkpoints" || fail "the ladder lists offloaded checkpoints"
+if [ -n "$n" ] && [ "$opts" != "(none)" ]; then
+  # shellcheck disable=SC2086
+  "$ULYSSES" plan --shape tiny --layers 2 --seq "$n" --memory-limit 0.25 $opts > fit.txt 2>&1 \
+    && pass "the plan of $n tokens fits" || { fail "the plan of $n tokens fits"; tail -3 fit.txt; }
+  # shellcheck disable=SC2086
+  "$ULYSSES" plan --shape tiny --layers 2 --seq $((n + 1024)) --memory-limit 0.25 $opts > over.txt 2>&1 \
+    && fail "$((n + 1024)) tokens must not fit" || pass "$((n + 1024)) tokens do not fit"
+fi
+expect_error "cuda --max-seq without a GPU or a budget" "memory-limit" \
+  env CUDA_VISIBLE_DEVICES= "$ULYSSES" plan --shape tiny --backend cuda --max-seq
+
+finish
