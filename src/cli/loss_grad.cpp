@@ -1,6 +1,7 @@
 // ulysses loss-grad --model DIR --batch BATCH.safetensors --out OUT.safetensors
 // The loss and every parameter's gradient for one batch, for checking the
 // engine against PyTorch (README: "The loss-grad contract").
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -54,6 +55,16 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
     std::cout << "measured memory (rank 0):\n"
               << memory_report(MemorySnapshot::of(backend->pools()), (batch.S + mesh.sp_size() - 1) / mesh.sp_size(),
                                config.hidden_size);
+
+  // Non-finite results are refused rather than written (every rank holds the same reduced values).
+  std::vector<std::string> bad;
+  for (const Parameter& p : weights.params())
+    if (!std::isfinite(backend->sum_squares(p.grad))) bad.push_back(p.name);
+  ULY_CHECK(std::isfinite(r.loss) && bad.empty(),
+            "loss-grad: the loss is " << (std::isnan(r.loss) ? std::string("NaN") : std::to_string(r.loss)) << " and " << bad.size() << " gradients hold NaN or infinity"
+                                      << (bad.empty() ? std::string() : " (the first: " + bad.front() + ")")
+                                      << ": the weights in " << args.get("model", "") << " or the batch give non-finite "
+                                      << "values; nothing was written to " << out_path);
 
   if (world.rank() == 0) {
     std::vector<std::pair<std::string, Tensor>> out;

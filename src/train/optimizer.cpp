@@ -44,6 +44,11 @@ AdamW::StepInfo AdamW::step() {
   std::vector<const Tensor*> grads;
   for (const Parameter& p : w_.params()) grads.push_back(&p.grad);
   info.grad_norm = std::sqrt(be_.sum_squares_all(grads));
+  if (!std::isfinite(info.grad_norm)) {
+    info.applied = false;
+    info.lr = learning_rate(config_, steps_ + 1);
+    return info;
+  }
   ++steps_;
   info.lr = learning_rate(config_, steps_);
   AdamWParams a;
@@ -62,6 +67,13 @@ AdamW::StepInfo AdamW::step() {
     be_.adamw_step(slots_[i].master, slots_[i].m, slots_[i].v, p.value, p.grad, a);
   }
   return info;
+}
+
+std::vector<std::string> AdamW::nonfinite_gradients() const {
+  std::vector<std::string> out;
+  for (const Parameter& p : w_.params())
+    if (!std::isfinite(be_.sum_squares(p.grad))) out.push_back(p.name);
+  return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

@@ -32,9 +32,14 @@ class AdamW {
   struct StepInfo {
     double lr = 0;
     double grad_norm = 0;  // before clipping
+    bool applied = true;   // false: the norm was not finite, nothing was updated
   };
   // Clips by the global gradient norm and applies one update (the step count advances).
+  // A non-finite gradient norm applies nothing (weights, moments and step count unchanged).
   StepInfo step();
+  // The parameters whose gradients hold a NaN or an infinity (a read-back per tensor: for
+  // the message after a non-finite norm, not for every step).
+  std::vector<std::string> nonfinite_gradients() const;
   int64_t steps_taken() const { return steps_; }
 
   // State for checkpoints: master.<name>, exp_avg.<name>, exp_avg_sq.<name>, as host tensors.

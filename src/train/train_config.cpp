@@ -38,6 +38,7 @@ optimizer:
 eval_every: 0           # steps between evaluations; 0 = never
 eval_batches: 4
 checkpoint_every: 0     # steps between checkpoints; 0 = only at the end (and on SIGINT/SIGTERM)
+skip_nonfinite: 0       # steps with a non-finite loss or gradient norm skipped (no update) before the run stops
 log_every: 1
 out_dir: runs/train     # metrics.jsonl, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
@@ -199,6 +200,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.grad_clip = o["grad_clip"];
   c.eval_every = cfg["eval_every"];
   c.eval_batches = cfg["eval_batches"];
+  c.skip_nonfinite = cfg["skip_nonfinite"];
   c.checkpoint_every = cfg["checkpoint_every"];
   c.log_every = cfg["log_every"];
   c.out_dir = cfg["out_dir"];
@@ -234,6 +236,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   ULY_CHECK(!c.memory.keep_attention || c.memory.checkpoint,
             src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
   ULY_CHECK(c.log_every > 0, src << ": 'log_every' must be positive");
+  ULY_CHECK(c.skip_nonfinite >= 0, src << ": 'skip_nonfinite' must be >= 0, got " << c.skip_nonfinite);
   return c;
 }
 

@@ -38,6 +38,7 @@ struct TrainConfig {
 
   int64_t eval_every = 0;  // 0 = never
   int64_t eval_batches = 4;
+  int64_t skip_nonfinite = 0;  // non-finite steps skipped (no update) before the run stops
   int64_t checkpoint_every = 0;  // 0 = only at the end (and on SIGINT/SIGTERM)
   int64_t log_every = 1;
   std::string out_dir = "runs/train";

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "comm/launch_env.h"
@@ -66,6 +67,26 @@ void truncate_metrics(const fs::path& path, int64_t step) {
   }
   in.close();
   std::ofstream(path, std::ios::trunc) << kept.str();
+}
+
+// JSON has no NaN or infinity: such values are written as null.
+nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
+
+// "model.layers.3.mlp.down_proj.weight, lm_head.weight" — the first few names and the count.
+std::string describe_parameters(const std::vector<std::string>& names) {
+  if (names.empty()) return "none found";
+  std::ostringstream os;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) os << (i ? ", " : "") << names[i];
+  if (names.size() > 4) os << " and " << names.size() - 4 << " more";
+  return os.str();
+}
+
+// Fault injection: a NaN in the first gradient element, as a diverging step would leave.
+void poison_one_gradient(LlamaWeights& weights, Backend& backend) {
+  Parameter& p = weights.params().front();
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor first = p.grad.reshape({p.grad.numel()}).slice(0, 1);
+  backend.copy(first, Tensor::borrow(&nan, {1}, DType::F32));
 }
 
 }  // namespace
@@ -193,13 +214,40 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   const auto t_start = std::chrono::steady_clock::now();
   double tokens_seen = 0;
   int exit_code = 0;
+  int64_t nonfinite_steps = 0;
   for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     weights.zero_grads(*backend);
     const std::vector<SequenceShard> shards = train->next(rows);
     backend->pools().reset_peaks();
     const StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, shards);
-    const AdamW::StepInfo info = optimizer.step();
+    if (const char* at = std::getenv("ULYSSES_TEST_NONFINITE_AT_STEP"))  // fault injection for the non-finite tests
+      if (std::atoll(at) == step) poison_one_gradient(weights, *backend);
+    // Loss and gradients are the same on every rank (reduced), so every rank decides alike.
+    AdamW::StepInfo info;
+    if (std::isfinite(r.loss)) {
+      info = optimizer.step();
+    } else {
+      info.applied = false;
+      info.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    }
+    if (!info.applied) {
+      ++nonfinite_steps;
+      std::ostringstream what;
+      const double bad_value = std::isfinite(r.loss) ? info.grad_norm : r.loss;
+      what << "step " << step << ": " << (std::isfinite(r.loss) ? "the gradient norm" : "the loss") << " is "
+           << (std::isnan(bad_value) ? std::string("NaN") : bad_value > 0 ? "inf" : "-inf") << " (non-finite gradients: "
+           << describe_parameters(optimizer.nonfinite_gradients()) << ")";
+      if (nonfinite_steps > cfg.skip_nonfinite) {
+        const auto last = latest_checkpoint(cfg.out_dir);
+        ULY_FAIL(what.str() << "; the run stops without applying it or saving a checkpoint from it; "
+                            << (last ? "the last good checkpoint is " + *last : std::string("no checkpoint was written"))
+                            << " (skip_nonfinite: " << cfg.skip_nonfinite
+                            << " such steps may be skipped; a lower lr or a stricter grad_clip may help)");
+      }
+      ULY_WARN(what.str() << "; the update is skipped (" << nonfinite_steps << " of skip_nonfinite "
+                          << cfg.skip_nonfinite << ")");
+    }
     backend->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tokens_seen += static_cast<double>(r.tokens);
@@ -209,11 +257,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     const double mfu = flops.useful / dt / world.size() / kH100PeakBf16Flops;
     const size_t peak = backend->pools().device().peak;
     if (rank0) {
-      nlohmann::json m = {{"step", step},          {"loss", r.loss},   {"lr", info.lr},
-                          {"grad_norm", info.grad_norm}, {"tokens", r.tokens}, {"tokens_per_s", r.tokens / dt},
+      nlohmann::json m = {{"step", step},          {"loss", finite_or_null(r.loss)},   {"lr", info.lr},
+                          {"grad_norm", finite_or_null(info.grad_norm)}, {"tokens", r.tokens},
+                          {"tokens_per_s", r.tokens / dt},
                           {"tflops", tflops},      {"step_time_s", dt}, {"peak_device_bytes", peak},
                           {"elapsed_s", elapsed},  {"eta_s", eta}};
       if (on_gpu) m["mfu"] = mfu;
+      if (!info.applied) m["skipped_nonfinite"] = true;
       metrics << m.dump() << "\n";
       metrics.flush();
       if (step % cfg.log_every == 0 || step == cfg.steps) {

@@ -55,6 +55,23 @@ PY
 expect_error "weight dtype not float" "model.norm.weight.*(int32|dtype)" \
   "$ULYSSES" loss-grad --model "$TMP/dtype" --batch "$F/batch.safetensors" --out "$TMP/o.st"
 
+# A NaN in the weights: refused with the loss and the first bad gradient named, nothing written.
+mkdir -p "$TMP/nan" && cp "$F/model/config.json" "$TMP/nan/"
+python3 - "$F/model/model.safetensors" "$TMP/nan/model.safetensors" <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1])
+k = "model.layers.0.mlp.down_proj.weight"
+t[k] = t[k].copy()
+t[k].flat[0] = np.nan
+save_file(t, sys.argv[2], metadata={"format": "pt"})
+PY
+rm -f "$TMP/nan.st"
+expect_error "NaN weights are refused, not written" "loss is NaN and [0-9]+ gradients hold NaN.*nothing was written" \
+  "$ULYSSES" loss-grad --model "$TMP/nan" --batch "$F/batch.safetensors" --out "$TMP/nan.st"
+[ ! -e "$TMP/nan.st" ] && pass "no output file from NaN weights" || fail "no output file from NaN weights"
+
 python3 - "$TMP/bigid.safetensors" <<'PY'
 import sys, numpy as np
 from safetensors.numpy import save_file

@@ -104,4 +104,27 @@ expect_error "seq_len not divisible by the sp degree" "seq_len 63 is not divisib
   $MPIRUN -np 2 "$ULYSSES" train train.yaml data.seq_len=63 sp=2 out_dir=bad
 expect_error "unknown dtype" "unknown dtype 'fp8' \(bf16 or fp32\)" "$ULYSSES" train train.yaml dtype=fp8 out_dir=bad
 expect_error "nccl on the cpu backend" "comm nccl.*needs the cuda backend" "$ULYSSES" train train.yaml comm=nccl out_dir=bad
+# A non-finite gradient (fault injection at step 7): the run stops with the step, the
+# gradient and the last good checkpoint named, and writes no checkpoint past it; with
+# skip_nonfinite: 1 the step is skipped (no update) and the run goes on to the end.
+ULYSSES_TEST_NONFINITE_AT_STEP=7 "$ULYSSES" train train.yaml out_dir=diverged checkpoint_every=5 steps=12 > nan.log 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "error: step 7: the gradient norm is NaN (non-finite gradients: model.embed_tokens.weight).*last good checkpoint is .*step-0000005" nan.log \
+   && grep -q step-0000005 diverged/checkpoints/latest && [ ! -e diverged/checkpoints/step-0000010 ]; then
+  pass "non-finite gradients stop the run, naming the step, the tensor and the last good checkpoint"
+else fail "non-finite gradients stop the run (exit $rc)"; tail -3 nan.log; fi
+ULYSSES_TEST_NONFINITE_AT_STEP=7 "$ULYSSES" train train.yaml out_dir=skip skip_nonfinite=1 steps=12 > skip.log 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "step 7: the gradient norm is NaN.*the update is skipped (1 of skip_nonfinite 1)" skip.log \
+   && python3 - skip/metrics.jsonl <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+assert len(rows) == 12, len(rows)
+assert rows[6].get("skipped_nonfinite") is True and rows[6]["grad_norm"] is None, rows[6]
+assert all(math.isfinite(r["loss"]) for r in rows), "a loss after the skipped step is not finite"
+assert not any(r.get("skipped_nonfinite") for r in rows[:6] + rows[7:])
+PY
+then pass "skip_nonfinite: 1 skips the step and finishes with finite losses"
+else fail "skip_nonfinite: 1 (exit $rc)"; tail -3 skip.log; fi
+
 finish
