@@ -42,6 +42,7 @@ skip_nonfinite: 0       # steps with a non-finite loss or gradient norm skipped 
 log_every: 1
 out_dir: runs/train     # metrics.jsonl, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
+overwrite: false        # a fresh run may write into an out_dir that holds another run's results
 save_dtype: float32     # dtype of the saved Hugging Face weights
 sp: 0                   # sequence-parallel degree; 0 = all ranks
 backend: cpu            # cpu or cuda
@@ -205,6 +206,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.log_every = cfg["log_every"];
   c.out_dir = cfg["out_dir"];
   c.resume = cfg["resume"];
+  c.overwrite = cfg["overwrite"];
   c.save_dtype = cfg["save_dtype"];
   c.sp = cfg["sp"];
   c.backend = cfg["backend"];

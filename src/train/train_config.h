@@ -43,6 +43,7 @@ struct TrainConfig {
   int64_t log_every = 1;
   std::string out_dir = "runs/train";
   bool resume = false;
+  bool overwrite = false;  // a fresh run may write over another run's results in out_dir
   std::string save_dtype = "float32";  // float32 | bfloat16 | float16
 
   int sp = 0;  // 0 = all ranks in one sequence-parallel group

@@ -20,6 +20,7 @@
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/run_lock.h"
 #include "train/step.h"
 
 namespace ulysses {
@@ -131,7 +132,12 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
 
   const bool rank0 = world.rank() == 0;
   const fs::path out_dir = cfg.out_dir;
-  if (rank0) fs::create_directories(out_dir);
+  std::unique_ptr<RunLock> lock;
+  if (rank0) {
+    fs::create_directories(out_dir);
+    lock = std::make_unique<RunLock>(cfg.out_dir);
+    check_fresh_out_dir(cfg.out_dir, cfg.resume, cfg.overwrite);
+  }
   world.barrier();
 
   LlamaWeights weights(mc);

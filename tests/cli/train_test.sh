@@ -81,6 +81,9 @@ else fail "disk full while saving (exit $rc)"; tail -3 disk.log; fi
 "$ULYSSES" train train.yaml out_dir=term steps=100000 log_every=1000 > term.log 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -s term/metrics.jsonl ] && break; sleep 0.1; done
+# Meanwhile a second run on the same folder is refused, naming the holder.
+expect_error "a second run on a folder in use" "out_dir term is in use by another run \(pid $pid on " \
+  "$ULYSSES" train train.yaml out_dir=term resume=true steps=3
 kill -TERM $pid
 wait $pid
 rc=$?
@@ -104,6 +107,13 @@ expect_error "seq_len not divisible by the sp degree" "seq_len 63 is not divisib
   $MPIRUN -np 2 "$ULYSSES" train train.yaml data.seq_len=63 sp=2 out_dir=bad
 expect_error "unknown dtype" "unknown dtype 'fp8' \(bf16 or fp32\)" "$ULYSSES" train train.yaml dtype=fp8 out_dir=bad
 expect_error "nccl on the cpu backend" "comm nccl.*needs the cuda backend" "$ULYSSES" train train.yaml comm=nccl out_dir=bad
+# A fresh run into a finished run's folder is refused unless told to overwrite.
+expect_error "a fresh run over another run's results" "out_dir sp1 already holds a run \(metrics.jsonl, checkpoints/\); continue it with resume=true, start over in it with overwrite=true" \
+  "$ULYSSES" train train.yaml out_dir=sp1 steps=2
+"$ULYSSES" train train.yaml out_dir=sp1 steps=2 overwrite=true > over.log 2>&1 \
+  && [ "$(grep -c '"loss"' sp1/metrics.jsonl)" -eq 2 ] && pass "overwrite=true starts over in the folder" \
+  || { fail "overwrite=true starts over in the folder"; tail -3 over.log; }
+
 # A non-finite gradient (fault injection at step 7): the run stops with the step, the
 # gradient and the last good checkpoint named, and writes no checkpoint past it; with
 # skip_nonfinite: 1 the step is skipped (no update) and the run goes on to the end.
