@@ -285,6 +285,17 @@ namespace {
 class TempFile {
  public:
   TempFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
+    // Only a regular file (or nothing) is replaced: renaming over a symlink, a device node or
+    // a FIFO would destroy what stands there (as root, --out /dev/null would replace the device).
+    for (const std::string* p : {&final_, &tmp_}) {
+      struct stat st {};
+      ULY_CHECK(::lstat(p->c_str(), &st) != 0 || S_ISREG(st.st_mode),
+                final_ << ": " << *p << " exists and is not a regular file ("
+                       << (S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
+                                                                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                                                             : "a device or socket")
+                       << "); nothing was written: give a path to a regular file or a new one");
+    }
     fp_ = std::fopen(tmp_.c_str(), "wb");
     ULY_CHECK(fp_ != nullptr, final_ << ": cannot create " << tmp_ << " (" << errno_text(errno) << ")");
   }

@@ -55,6 +55,20 @@ PY
 expect_error "weight dtype not float" "model.norm.weight.*(int32|dtype)" \
   "$ULYSSES" loss-grad --model "$TMP/dtype" --batch "$F/batch.safetensors" --out "$TMP/o.st"
 
+# --out never replaces what is not a regular file (a symlink, a directory, a FIFO): as root a
+# rename over /dev/null would replace the device. (Never tried on /dev/null itself here.)
+echo keep > "$TMP/target.txt"
+ln -s "$TMP/target.txt" "$TMP/link.st"
+mkdir -p "$TMP/dir.st"
+mkfifo "$TMP/fifo.st"
+for kind in "link.st:a symbolic link" "dir.st:a directory" "fifo.st:a FIFO"; do
+  expect_error "--out onto ${kind#*:}" "${kind%%:*} exists and is not a regular file \\(${kind#*:}\\); nothing was written" \
+    "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/${kind%%:*}"
+done
+[ -L "$TMP/link.st" ] && [ "$(cat "$TMP/target.txt")" = keep ] && [ -d "$TMP/dir.st" ] && [ -p "$TMP/fifo.st" ] \
+  && pass "the symlink, its target, the directory and the FIFO are untouched" \
+  || fail "the symlink, its target, the directory and the FIFO are untouched"
+
 # A NaN in the weights: refused with the loss and the first bad gradient named, nothing written.
 mkdir -p "$TMP/nan" && cp "$F/model/config.json" "$TMP/nan/"
 python3 - "$F/model/model.safetensors" "$TMP/nan/model.safetensors" <<'PY'
