@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/regular_file.h"
 
 namespace ulysses {
 namespace {
@@ -181,6 +182,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
 }
 
 ModelConfig load_hf_config(const std::string& path) {
+  require_regular_file(path, "config");
   std::ifstream in(path);
   ULY_CHECK(in.good(), path << ": cannot open config (" << std::strerror(errno) << ")");
   std::stringstream ss;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/regular_file.h"
 
 namespace ulysses {
 namespace fs = std::filesystem;
@@ -30,6 +31,7 @@ std::string strip_slashes(std::string s) {
 }
 
 json read_json_file(const std::string& path) {
+  require_regular_file(path, "JSON file");
   std::ifstream in(path);
   ULY_CHECK(in.good(), path << ": cannot open (" << std::strerror(errno) << ")");
   std::stringstream ss;

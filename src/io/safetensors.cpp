@@ -85,7 +85,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   f.path_ = path;
   auto map = std::make_shared<Mapping>();
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise block until a writer came; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   ULY_CHECK(fd >= 0, path << ": cannot open safetensors file (" << errno_text(errno) << ")");
   struct stat st {};
   if (fstat(fd, &st) != 0) {
@@ -95,7 +96,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    ULY_FAIL(path << ": not a regular file");
+    ULY_FAIL(path << ": not a regular file (" << (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket") << ")");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {

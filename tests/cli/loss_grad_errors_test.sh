@@ -69,6 +69,15 @@ done
   && pass "the symlink, its target, the directory and the FIFO are untouched" \
   || fail "the symlink, its target, the directory and the FIFO are untouched"
 
+# Inputs that are not regular files: a directory named config.json, a FIFO as the weights
+# (which would block forever if opened for reading).
+mkdir -p "$TMP/dirconf/config.json" && cp "$F/model/model.safetensors" "$TMP/dirconf/"
+expect_error "a directory as config.json" "config.json: the config is not a regular file but a directory" \
+  "$ULYSSES" loss-grad --model "$TMP/dirconf" --batch "$F/batch.safetensors" --out "$TMP/o.st"
+mkdir -p "$TMP/fifomodel" && cp "$F/model/config.json" "$TMP/fifomodel/" && mkfifo "$TMP/fifomodel/model.safetensors"
+expect_error "a FIFO as the weights" "model.safetensors: not a regular file \\(a FIFO\\)" \
+  "$ULYSSES" loss-grad --model "$TMP/fifomodel" --batch "$F/batch.safetensors" --out "$TMP/o.st"
+
 # A NaN in the weights: refused with the loss and the first bad gradient named, nothing written.
 mkdir -p "$TMP/nan" && cp "$F/model/config.json" "$TMP/nan/"
 python3 - "$F/model/model.safetensors" "$TMP/nan/model.safetensors" <<'PY'
