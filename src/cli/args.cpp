@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
@@ -127,10 +128,10 @@ double Args::get_double(const std::string& name, double fallback) const {
   try {
     size_t used = 0;
     const double v = std::stod(it->second, &used);
-    if (used == it->second.size()) return v;
+    if (used == it->second.size() && std::isfinite(v)) return v;
   } catch (...) {
   }
-  ULY_FAIL(command_ << ": option --" << name << " expects a number, got '" << it->second << "'");
+  ULY_FAIL(command_ << ": option --" << name << " expects a finite number, got '" << it->second << "'");
 }
 
 std::string Args::usage(const std::string& command, const std::vector<OptionSpec>& specs) {

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -84,7 +85,8 @@ nlohmann::json yaml_to_json(const YAML::Node& n) {
       try {
         size_t used = 0;
         const double d = std::stod(s, &used);
-        if (used == s.size()) return d;
+        // "nan" and "inf" stay text: a folder may be called nan, and no option takes them as numbers.
+        if (used == s.size() && std::isfinite(d)) return d;
       } catch (...) {
       }
       return s;

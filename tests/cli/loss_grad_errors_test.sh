@@ -78,6 +78,9 @@ mkdir -p "$TMP/fifomodel" && cp "$F/model/config.json" "$TMP/fifomodel/" && mkfi
 expect_error "a FIFO as the weights" "model.safetensors: not a regular file \\(a FIFO\\)" \
   "$ULYSSES" loss-grad --model "$TMP/fifomodel" --batch "$F/batch.safetensors" --out "$TMP/o.st"
 
+expect_error "a NaN memory limit" "option --memory-limit expects a finite number, got 'nan'" \
+  "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --memory-limit nan
+
 # A NaN in the weights: refused with the loss and the first bad gradient named, nothing written.
 mkdir -p "$TMP/nan" && cp "$F/model/config.json" "$TMP/nan/"
 python3 - "$F/model/model.safetensors" "$TMP/nan/model.safetensors" <<'PY'

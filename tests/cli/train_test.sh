@@ -105,6 +105,10 @@ expect_error "unknown key suggests the nearest" "unknown key 'optimizer.learning
 expect_error "unknown top-level key" "unknown key 'stepz' \(did you mean 'steps'" "$ULYSSES" train train.yaml stepz=3
 expect_error "seq_len not divisible by the sp degree" "seq_len 63 is not divisible by the sequence-parallel degree 2" \
   $MPIRUN -np 2 "$ULYSSES" train train.yaml data.seq_len=63 sp=2 out_dir=bad
+expect_error "a NaN learning rate" "key 'optimizer.lr' expects a number, got \"nan\"" \
+  "$ULYSSES" train train.yaml optimizer.lr=nan out_dir=bad
+"$ULYSSES" train train.yaml out_dir=nan steps=1 > nandir.log 2>&1 && [ -f nan/metrics.jsonl ] \
+  && pass "out_dir=nan is a folder called nan" || { fail "out_dir=nan is a folder called nan"; tail -2 nandir.log; }
 expect_error "unknown dtype" "unknown dtype 'fp8' \(bf16 or fp32\)" "$ULYSSES" train train.yaml dtype=fp8 out_dir=bad
 expect_error "nccl on the cpu backend" "comm nccl.*needs the cuda backend" "$ULYSSES" train train.yaml comm=nccl out_dir=bad
 # A fresh run into a finished run's folder is refused unless told to overwrite.
