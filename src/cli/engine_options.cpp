@@ -119,12 +119,7 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
     PlanRequest keep = req;
     keep.options.keep_attention = true;
     const MemorySnapshot with_keep = plan_step_memory(keep);
-    bool fits = true;
-    try {
-      check_plan_fits(keep, with_keep, device_available, host_memory_available());
-    } catch (const Error&) {
-      fits = false;
-    }
+    const bool fits = with_keep.device.peak <= device_available && with_keep.host.peak <= host_memory_available();
     ULY_INFO("--keep-attention auto: " << (fits ? "on" : "off") << " (the step with it needs "
                                        << format_bytes(with_keep.device.peak) << " of "
                                        << format_bytes(device_available) << ")");

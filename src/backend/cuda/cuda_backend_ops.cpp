@@ -316,7 +316,7 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& lse, const Tensor& q, c
   }
   need_aligned16(out, op, "out");
   if (use_cudnn(shape, false)) {
-    const Tensor workspace = attention_workspace(attention_workspace_bytes(shape, false));
+    const Tensor workspace = attention_workspace(cudnn_->workspace_bytes(cudnn_problem(shape, scale), false));
     cudnn_->forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
                     ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.bounds),
                     cudnn_problem(shape, scale), workspace.defined() ? workspace.raw() : nullptr);
@@ -363,7 +363,7 @@ void CudaBackend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const T
                                 {&dout, "dout"}, {&out, "out"}})
     need_aligned16(*t, op, name);
   if (use_cudnn(shape, true)) {
-    const Tensor workspace = attention_workspace(attention_workspace_bytes(shape, true));
+    const Tensor workspace = attention_workspace(cudnn_->workspace_bytes(cudnn_problem(shape, scale), true));
     cudnn_->backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
                      ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
                      ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),

@@ -77,6 +77,7 @@ struct Key {
 };
 
 struct Entry {
+  Layout layout;
   std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN has no engine for the problem
   std::string why;
   size_t cudnn_workspace = 0;
@@ -151,6 +152,7 @@ struct CudnnAttention::Impl {
 
   Entry build(const AttentionProblem& p, const Layout& l, bool backward) {
     Entry e;
+    e.layout = l;
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -251,7 +253,7 @@ struct CudnnAttention::Impl {
   // Fills the ragged offsets and lengths of a packed row into the workspace; returns the layout.
   AuxLayout prepare_ragged(const AttentionProblem& p, const Entry& e, const int32_t* bounds, void* workspace,
                            std::unordered_map<int64_t, void*>& pack) {
-    const Layout l = Layout::of(p, options);
+    const Layout& l = e.layout;
     AuxLayout a(l, p, align256(e.cudnn_workspace));
     if (!l.ragged) return a;
     auto* base = static_cast<char*>(workspace);
@@ -340,7 +342,7 @@ void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
                                           {kV, const_cast<__nv_bfloat16*>(v)},
                                           {kO, out}};
   const AuxLayout a = impl_->prepare_ragged(p, e, bounds, workspace, pack);
-  const Layout l = Layout::of(p, impl_->options);
+  const Layout& l = e.layout;
   float* stats = l.ragged ? reinterpret_cast<float*>(static_cast<char*>(workspace) + a.stats) : lse;
   pack[kStats] = stats;
   impl_->run(e, pack, p, workspace, "attention_forward");
@@ -362,7 +364,7 @@ void CudnnAttention::backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat1
                                           {kDK, dk},
                                           {kDV, dv}};
   const AuxLayout a = impl_->prepare_ragged(p, e, bounds, workspace, pack);
-  const Layout l = Layout::of(p, impl_->options);
+  const Layout& l = e.layout;
   const float* stats = lse;
   if (l.ragged) {
     float* t = reinterpret_cast<float*>(static_cast<char*>(workspace) + a.stats);
