@@ -32,6 +32,58 @@ SHAPES = {
 }
 
 
+def make_model(shape, layers=0):
+    """A LlamaForCausalLM of the shape on the GPU: random bf16 weights (seed 0), sdpa attention, training mode."""
+    kw = dict(SHAPES[shape])
+    if layers:
+        kw["num_hidden_layers"] = layers
+    cfg = LlamaConfig(**kw)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg)
+    torch.set_default_dtype(torch.float32)
+    model.train()
+    return model
+
+
+def time_steps(model, seq, warmup, steps, label, opt=None):
+    """Runs warmup + steps training steps on random tokens; returns (sorted step times, out of memory)."""
+    ids = torch.randint(0, model.config.vocab_size, (1, seq), device="cuda")
+    times, oom = [], False
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        for i in range(warmup + steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model(input_ids=ids, labels=ids)
+            out.loss.backward()
+            if opt is not None:
+                opt.step()
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            print(f"{label} step {i + 1}{' (warm-up)' if i < warmup else ''}: {dt:.3f} s, loss {out.loss.item():.4f}",
+                  flush=True)
+            if i >= warmup:
+                times.append(dt)
+    except torch.OutOfMemoryError:
+        oom = True
+    return sorted(times), oom
+
+
+def report(res, times, prefix, json_path):
+    """Adds the median step time and tokens/s to res, prints it after prefix, writes it to json_path if given."""
+    if times:
+        t = times[len(times) // 2]
+        res.update(step_time_s=t, tokens_per_s=res["seq_len"] / t)
+    print(prefix + json.dumps(res), flush=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(res, f, indent=2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
@@ -43,50 +95,15 @@ def main():
     ap.add_argument("--adamw", action="store_true", help="a full step: fused AdamW after the backward")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    kw = dict(SHAPES[a.shape])
-    if a.layers:
-        kw["num_hidden_layers"] = a.layers
-    cfg = LlamaConfig(**kw)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
-    torch.set_default_dtype(torch.float32)
-    model.train()
+    model = make_model(a.shape, a.layers)
     if not a.no_checkpointing:
         model.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True) if a.adamw else None
-    ids = torch.randint(0, cfg.vocab_size, (1, a.seq), device="cuda")
-    times, oom = [], False
-    torch.cuda.reset_peak_memory_stats()
-    try:
-        for i in range(a.warmup + a.steps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = model(input_ids=ids, labels=ids)
-            out.loss.backward()
-            if opt is not None:
-                opt.step()
-            model.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            print(f"hf step {i + 1}{' (warm-up)' if i < a.warmup else ''}: {dt:.3f} s, loss {out.loss.item():.4f}",
-                  flush=True)
-            if i >= a.warmup:
-                times.append(dt)
-    except torch.OutOfMemoryError:
-        oom = True
-    res = {"peer": "transformers", "shape": a.shape, "layers": cfg.num_hidden_layers, "seq_len": a.seq,
+    times, oom = time_steps(model, a.seq, a.warmup, a.steps, "hf", opt)
+    res = {"peer": "transformers", "shape": a.shape, "layers": model.config.num_hidden_layers, "seq_len": a.seq,
            "checkpointing": not a.no_checkpointing, "adamw": a.adamw, "oom": oom,
            "peak_device_bytes": torch.cuda.max_memory_allocated()}
-    if times:
-        t = sorted(times)[len(times) // 2]
-        res.update(step_time_s=t, tokens_per_s=a.seq / t)
-    print("HF_JSON " + json.dumps(res), flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
+    report(res, times, "HF_JSON ", a.json)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ struct Case {
   int64_t H, Hkv, d;
   std::vector<int64_t> docs;  // document lengths; their sum is S
   double scale;               // 0: 1/sqrt(d)
-  bool pad_batch = true, int64_offsets = false, ragged_stats = true;
+  bool pad_batch = true, int64_offsets = false, ragged_stats = true, dense_batch = true;
+  const char* runs_as = nullptr;  // what describe() must say of it, if given
 };
 
 std::vector<float> random_bf16(size_t n, uint32_t seed) {
@@ -54,7 +55,7 @@ void run_case(const Case& c, cudaStream_t stream) {
   SCOPED_TRACE("S " + std::to_string(S) + " H " + std::to_string(H) + " Hkv " + std::to_string(Hkv) + " d " +
                std::to_string(d) + " documents " + std::to_string(c.docs.size()) + (c.pad_batch ? " padded" : "") +
                (c.int64_offsets ? " int64" : "") +
-               (c.ragged_stats ? " ragged-stats" : " padded-stats"));
+               (c.ragged_stats ? " ragged-stats" : " padded-stats") + (c.dense_batch ? "" : " no-dense"));
 
   const size_t nq = S * H * d, nk = S * Hkv * d;
   const std::vector<float> q = random_bf16(nq, 1), k = random_bf16(nk, 2), v = random_bf16(nk, 3),
@@ -71,6 +72,7 @@ void run_case(const Case& c, cudaStream_t stream) {
   opts.pad_batch = c.pad_batch;
   opts.int64_offsets = c.int64_offsets;
   opts.ragged_stats = c.ragged_stats;
+  opts.dense_batch = c.dense_batch;
   CudnnAttention attn(stream, opts);
   AttentionProblem p;
   p.S = S, p.H = H, p.Hkv = Hkv, p.d = d, p.documents = static_cast<int64_t>(c.docs.size()), p.longest = longest;
@@ -78,6 +80,10 @@ void run_case(const Case& c, cudaStream_t stream) {
   std::string why;
   ASSERT_TRUE(attn.supports(p, false, &why)) << "forward: " << why;
   ASSERT_TRUE(attn.supports(p, true, &why)) << "backward: " << why;
+  if (c.runs_as) {
+    EXPECT_EQ(attn.describe(p, false), c.runs_as);
+    EXPECT_EQ(attn.describe(p, true), c.runs_as);
+  }
 
   DeviceBuffer<__nv_bfloat16> dq_in(nq), dk_in(nk), dv_in(nk), ddout(nq), dout_(nq), gq(nq), gk(nk), gv(nk);
   DeviceBuffer<float> lse(H * S);
@@ -139,6 +145,20 @@ TEST_F(CudnnAttentionTest, PackedDocuments) {
     run_case({4, 1, 128, {64, 1, 200, 31, 160}, 0, false, false, ragged_stats}, stream);  // MQA, 5 entries, 1 token
     run_case({8, 2, 128, {130, 126, 300, 44}, 0, true, true, ragged_stats}, stream);      // int64 ragged offsets
   }
+}
+
+// Equal documents run as a dense batch (statistics written in place), the same numbers as the
+// ragged form of the same row.
+TEST_F(CudnnAttentionTest, EqualDocumentsAsADenseBatch) {
+  Case c{4, 2, 64, {128, 128, 128, 128}, 0};
+  c.runs_as = "dense batch of 4 x 128";
+  run_case(c, stream);
+  c.dense_batch = false;
+  c.runs_as = "ragged batch of 4 x 128";
+  run_case(c, stream);
+  Case odd{8, 2, 128, {300, 300, 300}, 0};  // off the tiles, an odd count, GQA 4:1
+  odd.runs_as = "dense batch of 3 x 300";
+  run_case(odd, stream);
 }
 
 // Rows with similar document counts share graphs: 3 and 4 documents of the same bucket run

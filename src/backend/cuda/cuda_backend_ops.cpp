@@ -288,7 +288,9 @@ bool CudaBackend::use_cudnn(const AttentionShape& shape, bool backward) {
                                                              << " has no engine for S=" << shape.S << ", H=" << shape.H
                                                              << ", Hkv=" << shape.Hkv << ", d=" << shape.d << ", "
                                                              << shape.documents << " documents: " << why);
-  const std::string choice = ok ? std::string("cuDNN ") + CudnnAttention::runtime_version() + " fused attention"
+  // The form (one sequence, dense or ragged batch) is logged, not its sizes: a line per form.
+  const std::string choice = ok ? "cuDNN " + CudnnAttention::runtime_version() + " fused attention, " +
+                                      cudnn_->form(cudnn_problem(shape, 1.0), backward)
                                 : "our attention kernels (cuDNN: " + why + ")";
   if (attention_choices_logged_.insert(choice).second)
     ULY_INFO("attention " << (backward ? "backward" : "forward") << ": " << choice);

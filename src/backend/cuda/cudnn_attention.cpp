@@ -7,6 +7,10 @@
 //                  (rounded up to a power of two); each entry starts at its ragged offset, sequence lengths
 //                  mask the rest; stats are token-major [T, H] (the layout cuDNN offers for ragged
 //                  statistics) and transposed to and from our [H, S] in the workspace.
+//   equal documents: a packed row whose documents all have the same length (documents · longest = S,
+//                  known on the host) runs as a dense batch, B = documents, S = that length, no
+//                  offsets or padding masks; stats [B, H, S/B, 1] with strides [S/B, S, 1, 1] are our
+//                  lse [H, S] itself. Falls back to the ragged form when cuDNN refuses it.
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cudnn.h>
@@ -51,9 +55,20 @@ struct Layout {
   int64_t batch = 1, seq = 0;  // cuDNN's B and S
   bool int64_offsets = false;
   bool ragged_stats = false;  // packed rows: token-major ragged statistics, else padded [batch, H, seq]
+  bool dense = false;         // packed rows of equal documents as a dense batch
+
+  static bool equal_documents(const AttentionProblem& p) {
+    return p.documents > 1 && p.longest > 0 && p.documents * p.longest == p.S;
+  }
 
   static Layout of(const AttentionProblem& p, const CudnnAttention::Options& o) {
     Layout l;
+    if (o.dense_batch && equal_documents(p)) {
+      l.dense = true;
+      l.batch = p.documents;
+      l.seq = p.longest;
+      return l;
+    }
     l.ragged = p.documents > 1;
     l.ragged_stats = l.ragged && o.ragged_stats;
     if (!l.ragged) {
@@ -71,8 +86,10 @@ struct Layout {
 struct Key {
   bool backward;
   int64_t S, H, Hkv, d, batch, seq;
-  bool ragged, int64_offsets, ragged_stats;
-  auto tie() const { return std::tie(backward, S, H, Hkv, d, batch, seq, ragged, int64_offsets, ragged_stats); }
+  bool ragged, int64_offsets, ragged_stats, dense;
+  auto tie() const {
+    return std::tie(backward, S, H, Hkv, d, batch, seq, ragged, int64_offsets, ragged_stats, dense);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -113,7 +130,7 @@ struct CudnnAttention::Impl {
   using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
   Key key_of(const AttentionProblem& p, const Layout& l, bool backward) const {
-    return Key{backward, p.S, p.H, p.Hkv, p.d, l.batch, l.seq, l.ragged, l.int64_offsets, l.ragged_stats};
+    return Key{backward, p.S, p.H, p.Hkv, p.d, l.batch, l.seq, l.ragged, l.int64_offsets, l.ragged_stats, l.dense};
   }
 
   // A [B, heads, seq, d] tensor over our [S, heads, d] layout.
@@ -142,11 +159,12 @@ struct CudnnAttention::Impl {
                         .set_stride({1, 1, 1, 1})
                         .set_data_type(int64 ? fe::DataType_t::INT64 : fe::DataType_t::INT32));
   }
-  // Stats: our lse [H, S] (one document), token-major [T, H] (packed rows, ragged), or padded
-  // [batch, H, seq] (packed rows, not ragged).
+  // Stats: our lse [H, S] (one document, or equal documents as a dense batch), token-major [T, H]
+  // (packed rows, ragged), or padded [batch, H, seq] (packed rows, not ragged).
   static void stats_layout(fe::graph::Tensor_attributes& t, const Layout& l, int64_t H) {
     t.set_uid(kStats).set_name("stats").set_data_type(fe::DataType_t::FLOAT).set_dim({l.batch, H, l.seq, 1});
-    if (l.ragged_stats) t.set_stride({l.seq * H, 1, H, 1});
+    if (l.dense) t.set_stride({l.seq, l.batch * l.seq, 1, 1});
+    else if (l.ragged_stats) t.set_stride({l.seq * H, 1, H, 1});
     else t.set_stride({H * l.seq, l.seq, 1, 1});
   }
 
@@ -246,7 +264,15 @@ struct CudnnAttention::Impl {
     const Layout l = Layout::of(p, options);
     const Key key = key_of(p, l, backward);
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, build(p, l, backward)).first;
+    if (it == cache.end()) {
+      Entry e = build(p, l, backward);
+      if (!e.graph && l.dense) {  // cuDNN refused the dense batch: the ragged form serves any documents
+        Options ragged = options;
+        ragged.dense_batch = false;
+        e = build(p, Layout::of(p, ragged), backward);
+      }
+      it = cache.emplace(key, std::move(e)).first;
+    }
     return it->second;
   }
 
@@ -378,6 +404,17 @@ void CudnnAttention::backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat1
   }
   pack[kStats] = const_cast<float*>(stats);
   impl_->run(e, pack, p, workspace, "attention_backward");
+}
+
+std::string CudnnAttention::form(const AttentionProblem& p, bool backward) {
+  const Layout& l = impl_->entry(p, backward).layout;
+  return l.dense ? "dense batch" : l.ragged ? "ragged batch" : "one sequence";
+}
+
+std::string CudnnAttention::describe(const AttentionProblem& p, bool backward) {
+  const Layout& l = impl_->entry(p, backward).layout;
+  if (!l.dense && !l.ragged) return form(p, backward);
+  return form(p, backward) + " of " + std::to_string(l.batch) + " x " + std::to_string(l.seq);
 }
 
 size_t CudnnAttention::cached_graphs() const { return impl_->cache.size(); }

@@ -35,6 +35,9 @@ class CudnnAttention {
     // Packed rows: softmax statistics as a ragged token-major [T, H] tensor (compact); otherwise
     // padded per document, [batch, H, seq] (batch x seq can be up to 4x the row's tokens).
     bool ragged_stats = true;
+    // Packed rows of equal documents as a dense batch (no offsets, statistics in place): what a
+    // batch of equal sequences costs, measurably faster than the ragged form (docs/benchmarks.md).
+    bool dense_batch = true;
   };
   // Throws an Error when the cuDNN library cannot be loaded or a handle not created.
   explicit CudnnAttention(cudaStream_t stream, Options options);
@@ -61,6 +64,11 @@ class CudnnAttention {
   void backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
                 const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                 const __nv_bfloat16* v, const int32_t* bounds, const AttentionProblem& p, void* workspace);
+
+  // How a supported problem runs: "one sequence", "dense batch" (equal documents) or "ragged batch";
+  // with sizes, "dense batch of 8 x 4096" (cuDNN's B x S). For logs and tests.
+  std::string form(const AttentionProblem& p, bool backward);
+  std::string describe(const AttentionProblem& p, bool backward);
 
   // Graphs built so far (for tests and logs).
   size_t cached_graphs() const;

@@ -38,6 +38,14 @@ void CudnnAttention::backward(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, co
   ULY_FAIL("cuDNN attention: this build has no cuDNN frontend");
 }
 
+std::string CudnnAttention::form(const AttentionProblem&, bool) {
+  ULY_FAIL("cuDNN attention: this build has no cuDNN frontend");
+}
+
+std::string CudnnAttention::describe(const AttentionProblem&, bool) {
+  ULY_FAIL("cuDNN attention: this build has no cuDNN frontend");
+}
+
 size_t CudnnAttention::cached_graphs() const { return 0; }
 
 }  // namespace ulysses::cuda
