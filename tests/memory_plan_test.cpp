@@ -184,5 +184,31 @@ TEST(MemoryPlan, MaxSequenceIsTheLongestThatFits) {
   EXPECT_EQ(max_sequence(r, no_limit, off.host.peak) % 2, 0);
 }
 
+// The itemised peak is the peak: the allocations captured add up to the device peak to the
+// byte, every device pool's bytes are among them, and the working pool's are labelled with
+// the family they were made in and their shape.
+TEST(MemoryPlan, ItemisedPeakAddsUpToThePeak) {
+  PlanRequest r;
+  r.config = small_config(2);
+  r.seq_len = 1024;
+  r.options.checkpoint = true;
+  const MemorySnapshot m = plan_step_memory(r, /*itemize=*/true);
+  ASSERT_FALSE(m.at_peak.empty());
+  size_t total = 0, weights = 0, labelled = 0;
+  for (const LiveAllocation& a : m.at_peak) {
+    EXPECT_FALSE(pool_on_host(a.pool)) << a.label;
+    total += a.bytes;
+    if (a.pool == Pool::Weights) weights += a.bytes;
+    if (a.pool == Pool::Working && a.label.find('[') != std::string::npos) ++labelled;
+  }
+  EXPECT_EQ(total, m.device.peak);
+  EXPECT_EQ(weights, m.peak(Pool::Weights));
+  EXPECT_GT(labelled, 0u);
+  const std::string report = peak_items_report(m);
+  EXPECT_NE(report.find("live at the device peak"), std::string::npos) << report;
+  EXPECT_NE(report.find("weights"), std::string::npos) << report;
+  EXPECT_EQ(plan_step_memory(r).device.peak, m.device.peak) << "itemising changes no figure";
+}
+
 }  // namespace
 }  // namespace ulysses::test

@@ -1,8 +1,10 @@
 // Timing of the CUDA attention kernels (not a test): causal attention at
-// H = 32, Hkv = 8, d = 128 (the Llama-8B shape), forward and forward+backward,
+// H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16) and our own kernels, one after the other.
-//   attention_bench [--doc-len N] [--impl cudnn|own|both] [S ...]      default S: 8192 32768 131072
+//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--impl cudnn|own|both] [S ...]
+//   default S: 8192 32768 131072; --ragged: cuDNN runs equal documents in the ragged form
+//   (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d, forward+backward
 // 7 S^2 H d (backward 2.5x forward). With --doc-len N the sequence is packed
 // with documents of N tokens and the same formulas use sum(len^2) for S^2.
@@ -51,8 +53,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void bench(int64_t S, int64_t doc_len, const std::string& impl) {
-  const int64_t H = 32, Hkv = 8, d = 128;
+struct Settings {
+  int64_t doc_len = 0, d = 128;
+  bool ragged = false;
+};
+
+void bench(int64_t S, const Settings& set, const std::string& impl) {
+  const int64_t H = 32, Hkv = 8, d = set.d, doc_len = set.doc_len;
   const double scale = 1.0 / std::sqrt(double(d));
   const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d);
   Buf<__nv_bfloat16> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
@@ -92,7 +99,9 @@ void bench(int64_t S, int64_t doc_len, const std::string& impl) {
   p.S = S, p.H = H, p.Hkv = Hkv, p.d = d, p.documents = documents, p.longest = longest, p.scale = scale;
   size_t cudnn_ws = 0;
   if (cudnn) {
-    attn = std::make_unique<ulysses::cuda::CudnnAttention>(stream);
+    ulysses::cuda::CudnnAttention::Options options;
+    options.dense_batch = !set.ragged;
+    attn = std::make_unique<ulysses::cuda::CudnnAttention>(stream, options);
     std::string why;
     if (!attn->supports(p, false, &why) || !attn->supports(p, true, &why)) {
       std::printf("%9lld cudnn: not supported: %s\n", (long long)S, why.c_str());
@@ -133,13 +142,14 @@ void bench(int64_t S, int64_t doc_len, const std::string& impl) {
   const double f_ms = median(tf), fb_ms = median(tfb);
   const double f_flops = 2.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
   const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
-  std::printf("%-6s %9lld %9lld %12.3f %10.1f %12.3f %10.1f\n", impl.c_str(), (long long)S,
-              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf);
+  const std::string form = cudnn ? attn->form(p, true) : "own kernels";
+  std::printf("%-6s %9lld %9lld %12.3f %10.1f %12.3f %10.1f  %s\n", impl.c_str(), (long long)S,
+              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, form.c_str());
   std::printf("{\"bench\":\"attention\",\"impl\":\"%s\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,"
               "\"doc_len\":%lld,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwd_bwd_ms\":%.4f,\"fwd_bwd_tflops\":%.2f,"
-              "\"reps\":%d}\n",
+              "\"reps\":%d,\"form\":\"%s\"}\n",
               impl.c_str(), (long long)S, (long long)H, (long long)Hkv, (long long)d,
-              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, reps);
+              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, reps, form.c_str());
   std::fflush(stdout);
   CUDA_CHECK(cudaEventDestroy(t0));
   CUDA_CHECK(cudaEventDestroy(t1));
@@ -150,11 +160,13 @@ void bench(int64_t S, int64_t doc_len, const std::string& impl) {
 
 int main(int argc, char** argv) {
   try {
-    int64_t doc_len = 0;
+    Settings set;
     std::string impl = "both";
     std::vector<int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--doc-len") == 0 && i + 1 < argc) doc_len = std::atoll(argv[++i]);
+      if (std::strcmp(argv[i], "--doc-len") == 0 && i + 1 < argc) set.doc_len = std::atoll(argv[++i]);
+      else if (std::strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc) set.d = std::atoll(argv[++i]);
+      else if (std::strcmp(argv[i], "--ragged") == 0) set.ragged = true;
       else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
       else sizes.push_back(std::atoll(argv[i]));
     }
@@ -165,14 +177,14 @@ int main(int argc, char** argv) {
     if (sizes.empty()) sizes = {8192, 32768, 131072};
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=128, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
+    std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=%lld, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
                 "7*sum(len^2)*H*d (fwd+bwd)\n",
-                prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str());
+                prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str(), (long long)set.d);
     std::printf("%-6s %9s %9s %12s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS", "fwdbwd_ms",
                 "fb_TFLOPS");
     for (int64_t S : sizes)
       for (const char* i : {"cudnn", "own"})
-        if (impl == "both" || impl == i) bench(S, doc_len, i);
+        if (impl == "both" || impl == i) bench(S, set, i);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -3,7 +3,9 @@
 in the same run, for a side-by-side ratio: causal, H=32 query / 8 key-value heads, d=128,
 bf16, tensors in [S, H, d] memory order (BSHD) as the engine keeps them.
 
-  python3 bench/peers/torch_sdpa_bench.py [--backend cudnn|flash|efficient] [--doc-len N] [S ...]
+  python3 bench/peers/torch_sdpa_bench.py [--backend cudnn|flash|efficient|default] [--doc-len N] [--head-dim D] [S ...]
+
+--backend default lets PyTorch choose, as transformers' sdpa attention does.
 
 A packed row of documents of N tokens is timed as a batch of S/N independent sequences
 (the same causal work: sum over documents of len^2). GQA runs with enable_gqa where the
@@ -12,6 +14,7 @@ TFLOPS = 2*sum(len^2)*H*d (forward), 7*sum(len^2)*H*d (forward + backward). Prin
 table and one JSON line per size.
 """
 import argparse
+import contextlib
 import json
 import statistics
 
@@ -20,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "default": None}
 
 
 def timed(fn, reps):
@@ -45,7 +48,7 @@ def bench(S, doc_len, backend, H=32, Hkv=8, d=128):
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
     dout = rnd(H)
     gqa_note = "enable_gqa"
-    with sdpa_kernel([BACKENDS[backend]]):
+    with sdpa_kernel([BACKENDS[backend]]) if BACKENDS[backend] else contextlib.nullcontext():
         def fwd():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         try:
@@ -83,12 +86,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="cudnn", choices=sorted(BACKENDS))
     ap.add_argument("--doc-len", type=int, default=0)
+    ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("sizes", type=int, nargs="*", default=[8192, 32768, 131072])
     a = ap.parse_args()
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
     print(f"{'impl':<14} {'S':>9} {'doc_len':>9} {'fwd_ms':>12} {'fwd_TFLOPS':>10} {'fwdbwd_ms':>12} {'fb_TFLOPS':>10}")
     for S in a.sizes:
-        bench(S, a.doc_len, a.backend)
+        bench(S, a.doc_len, a.backend, d=a.head_dim)
 
 
 if __name__ == "__main__":

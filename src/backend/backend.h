@@ -57,6 +57,7 @@ class Backend {
   // Every tensor the engine makes comes from a pool (core/memory_pools.h), so
   // the step's memory is accounted per pool and can be planned exactly.
   Tensor empty(const Shape& shape, DType dtype, Pool pool = Pool::Working) {
+    if (pools().capturing()) pools().label_next(shape_str(shape) + " " + dtype_name(dtype));
     return Tensor::empty(shape, dtype, pools().pool(pool));
   }
   // The pools over allocator() and offload_allocator(), made on first use.

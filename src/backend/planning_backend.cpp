@@ -1,5 +1,7 @@
 #include "backend/planning_backend.h"
 
+#include <vector>
+
 #include "backend/cuda_attention_workspace.h"
 
 namespace ulysses {
@@ -17,6 +19,16 @@ class PlanningBackend final : public Backend {
   std::string name() const override { return "plan"; }
   DType act_dtype() const override { return act_; }
   Allocator& allocator() override { return host_allocator(); }  // never used: the pools only count
+
+  // The profile's families name the allocations of an itemised peak (MemoryPools::capture_at_device_bytes).
+  void profile_push(const char* family, bool) override {
+    families_.push_back(family);
+    pools().set_family(family);
+  }
+  void profile_pop() override {
+    if (!families_.empty()) families_.pop_back();
+    pools().set_family(families_.empty() ? nullptr : families_.back());
+  }
 
   void zero(Tensor&) override {}
   void copy(Tensor&, const Tensor&) override {}
@@ -62,6 +74,7 @@ class PlanningBackend final : public Backend {
   Device device_;
   Backend* runtime_;
   Tensor scalar_;
+  std::vector<const char*> families_;
 };
 
 }  // namespace

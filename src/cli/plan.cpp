@@ -130,10 +130,10 @@ int run_plan(int argc, char** argv) {
   }
   req.runtime = runtime.get();
   if (args.has("max-seq")) return print_max_seq(args, req, runtime.get());
-  const MemorySnapshot m = plan_step_memory(req);
+  const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"
-            << memory_report(m, local_tokens(req), req.config.hidden_size);
+            << memory_report(m, local_tokens(req), req.config.hidden_size) << peak_items_report(m);
   if (req.device == Device::CUDA && !runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's, chosen on the GPU, "
                  "is known only there); run plan on the GPU machine for the exact figure\n";

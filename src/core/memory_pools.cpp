@@ -111,6 +111,19 @@ void MemoryPools::on_alloc(Pool p, void* ptr, size_t bytes) {
     bump(tags_[static_cast<int>(current_tag_)], bytes);
     tag_of_[ptr] = current_tag_;
   }
+  if (capture_at_ > 0) {
+    live_[ptr] = LiveAllocation{p, bytes, (family_.empty() ? std::string("(step)") : family_) + " " + next_label_};
+    if (!pool_on_host(p) && captured_.empty() && device_.current >= capture_at_)
+      for (const auto& [where, a] : live_)
+        if (!pool_on_host(a.pool)) captured_.push_back(a);
+  }
+}
+
+void MemoryPools::capture_at_device_bytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_pools_mutex);
+  capture_at_ = bytes;
+  captured_.clear();
+  live_.clear();
 }
 
 void MemoryPools::on_free(Pool p, void* ptr, size_t bytes) {
@@ -122,6 +135,7 @@ void MemoryPools::on_free(Pool p, void* ptr, size_t bytes) {
     tags_[static_cast<int>(it->second)].current -= bytes;
     tag_of_.erase(it);
   }
+  if (capture_at_ > 0) live_.erase(ptr);
 }
 
 void MemoryPools::reset_peaks() {

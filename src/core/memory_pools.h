@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/allocator.h"
 
@@ -36,6 +37,13 @@ struct PoolCounters {
   size_t peak = 0;
 };
 
+// One allocation live at a captured moment: its pool, size and label ("family [shape] dtype").
+struct LiveAllocation {
+  Pool pool;
+  size_t bytes;
+  std::string label;
+};
+
 class MemoryPools {
  public:
   // device_raw / host_raw provide the memory; with planning = true nothing is
@@ -58,6 +66,16 @@ class MemoryPools {
   // A table: pool, current, peak (bytes and GiB).
   std::string report() const;
 
+  // Itemising a peak (the planner's second dry run): while `bytes` > 0, every allocation
+  // keeps a label, and the device allocations live when the device pools first reach
+  // `bytes` are captured. Labels are the family set by set_family (the profile family the
+  // step is in) and what label_next gave (the tensor's shape and dtype).
+  void capture_at_device_bytes(size_t bytes);
+  bool capturing() const { return capture_at_ > 0; }
+  void set_family(const char* family) { family_ = family ? family : ""; }
+  void label_next(std::string label) { next_label_ = std::move(label); }
+  const std::vector<LiveAllocation>& captured() const { return captured_; }
+
  private:
   friend class PoolAllocator;
   void* placeholder(size_t bytes);
@@ -74,6 +92,10 @@ class MemoryPools {
   MemTag current_tag_ = MemTag::Other;
   std::unordered_map<void*, MemTag> tag_of_;  // live allocations with a tag other than Other
   uintptr_t next_placeholder_ = 4096;         // planning: distinct, never dereferenced addresses
+  size_t capture_at_ = 0;
+  std::string family_, next_label_;
+  std::unordered_map<void*, LiveAllocation> live_;  // while capturing
+  std::vector<LiveAllocation> captured_;
 };
 
 // Labels the allocations made while it lives.

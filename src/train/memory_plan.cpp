@@ -1,6 +1,7 @@
 #include "train/memory_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <sstream>
 
@@ -22,12 +23,16 @@ MemorySnapshot MemorySnapshot::of(const MemoryPools& pools) {
 
 int64_t local_tokens(const PlanRequest& r) { return (r.seq_len + r.sp - 1) / r.sp; }
 
-MemorySnapshot plan_step_memory(const PlanRequest& r) {
-  ULY_CHECK(r.seq_len > 0, "plan: sequence length must be positive, got " << r.seq_len);
+namespace {
+
+// One dry run of the step; capture_at > 0 itemises the device allocations live when the device
+// pools first hold that many bytes.
+MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
   check_ulysses_degree(r.config.num_attention_heads, r.config.num_key_value_heads, r.sp, r.seq_len);
   ULY_CHECK(r.documents >= 1 && r.documents <= r.seq_len,
             "plan: " << r.documents << " documents cannot be packed in " << r.seq_len << " tokens");
   auto backend = make_planning_backend(r.act_dtype, r.device, r.runtime);
+  if (capture_at > 0) backend->pools().capture_at_device_bytes(capture_at);
   auto sp = make_simulated_communicator(r.sp, 0);
   MemorySnapshot out;
   {
@@ -54,8 +59,64 @@ MemorySnapshot plan_step_memory(const PlanRequest& r) {
     backend->pools().reset_peaks();
     model.forward_backward(shard, 1.0);
     out = MemorySnapshot::of(backend->pools());
+    out.at_peak = backend->pools().captured();
   }
   return out;
+}
+
+}  // namespace
+
+MemorySnapshot plan_step_memory(const PlanRequest& r, bool itemize) {
+  ULY_CHECK(r.seq_len > 0, "plan: sequence length must be positive, got " << r.seq_len);
+  MemorySnapshot m = dry_run(r, 0);
+  if (itemize) m.at_peak = dry_run(r, m.device.peak).at_peak;
+  return m;
+}
+
+std::string peak_items_report(const MemorySnapshot& m, size_t rows) {
+  struct Group {
+    Pool pool;
+    std::string label;
+    size_t count = 0, bytes = 0;
+  };
+  std::vector<Group> groups;
+  std::map<std::pair<int, std::string>, size_t> index;
+  size_t total = 0;
+  for (const LiveAllocation& a : m.at_peak) {
+    // Parameters, their gradients and optimizer state are one line per pool; activations by label.
+    const bool per_label = a.pool == Pool::Working || a.pool == Pool::Checkpoints;
+    const std::string label = per_label ? a.label : "";
+    auto [it, fresh] = index.emplace(std::make_pair(static_cast<int>(a.pool), label), groups.size());
+    if (fresh) groups.push_back(Group{a.pool, label});
+    Group& g = groups[it->second];
+    ++g.count;
+    g.bytes += a.bytes;
+    total += a.bytes;
+  }
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.bytes > b.bytes; });
+  std::ostringstream os;
+  char line[256];
+  os << "live at the device peak (" << m.at_peak.size() << " allocations, " << format_bytes(total) << "):\n";
+  std::snprintf(line, sizeof line, "  %-12s %-52s %6s %12s\n", "pool", "family [shape] dtype", "count", "bytes");
+  os << line;
+  size_t rest = 0, rest_count = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const Group& g = groups[i];
+    if (i >= rows) {
+      rest += g.bytes;
+      rest_count += g.count;
+      continue;
+    }
+    std::snprintf(line, sizeof line, "  %-12s %-52s %6zu %12s\n", pool_name(g.pool),
+                  g.label.empty() ? "(all)" : g.label.c_str(), g.count, format_bytes(g.bytes).c_str());
+    os << line;
+  }
+  if (rest_count > 0) {
+    std::snprintf(line, sizeof line, "  %-12s %-52s %6zu %12s\n", "", "(the rest)", rest_count,
+                  format_bytes(rest).c_str());
+    os << line;
+  }
+  return os.str();
 }
 
 double working_coefficient(const MemorySnapshot& m, int64_t tokens, int64_t hidden) {

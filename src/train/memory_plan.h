@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/memory_pools.h"
 #include "io/hf_config.h"
@@ -17,6 +18,8 @@ struct MemorySnapshot {
   std::array<PoolCounters, kNumPools> pools{};
   std::array<PoolCounters, kNumMemTags> tags{};
   PoolCounters device{}, host{};
+  // The device allocations live at the device peak (plan_step_memory with itemize).
+  std::vector<LiveAllocation> at_peak;
   static MemorySnapshot of(const MemoryPools& pools);
   size_t peak(Pool p) const { return pools[static_cast<int>(p)].peak; }
   size_t peak(MemTag t) const { return tags[static_cast<int>(t)].peak; }
@@ -38,7 +41,12 @@ struct PlanRequest {
 
 // Local tokens per rank (the sequence padded to a multiple of sp, divided by sp).
 int64_t local_tokens(const PlanRequest& r);
-MemorySnapshot plan_step_memory(const PlanRequest& r);
+// itemize: a second dry run records the allocations live when the device peak is reached.
+MemorySnapshot plan_step_memory(const PlanRequest& r, bool itemize = false);
+
+// The allocations live at the device peak, grouped by pool and label, largest first: at most
+// `rows` lines, then one for the rest.
+std::string peak_items_report(const MemorySnapshot& m, size_t rows = 16);
 
 // c = (device peak − weights − gradients − optimizer − device checkpoints) /
 //     (local tokens × hidden × 2 bytes): the working set per token, in units of
