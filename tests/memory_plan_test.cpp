@@ -71,6 +71,15 @@ std::vector<StepOptions> option_combinations() {
     }
     all.push_back(o);
   }
+  // Two-level checkpoints (segments of 2 of the 3 layers), alone, offloaded, with keep-attention.
+  for (int variant = 0; variant < 3; ++variant) {
+    StepOptions o;
+    o.checkpoint = true;
+    o.checkpoint_every = 2;
+    if (variant == 1) o.offload_layers = -1, o.mlp_tiles = 0;
+    if (variant == 2) o.keep_attention = true;
+    all.push_back(o);
+  }
   return all;
 }
 
@@ -78,7 +87,8 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
   const ModelConfig c = small_config(3);
   for (const StepOptions& o : option_combinations()) {
     SCOPED_TRACE(testing::Message() << "tiles " << o.mlp_tiles << " loss " << o.loss_tile_tokens << " ckpt "
-                                    << o.checkpoint << " offload " << o.offload_layers << " keep " << o.keep_attention);
+                                    << o.checkpoint << " offload " << o.offload_layers << " keep " << o.keep_attention
+                                    << " every " << o.checkpoint_every);
     const MemorySnapshot p = plan(c, 300, o), m = measure(c, 300, o);
     EXPECT_EQ(p.device.peak, m.device.peak);
     EXPECT_EQ(p.host.peak, m.host.peak);
@@ -86,6 +96,22 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
     for (int i = 0; i < kNumMemTags; ++i) EXPECT_EQ(p.tags[i].peak, m.tags[i].peak) << mem_tag_name(MemTag(i));
     EXPECT_GT(m.device.peak, 0u);
   }
+}
+
+// Two-level checkpoints keep one host checkpoint per segment, and the segment's layer inputs
+// (all but the first) on the device while its backward runs: K - 1 of [N, hidden].
+TEST(MemoryPlan, TwoLevelCheckpointsStoreOnePerSegment) {
+  const ModelConfig c = small_config(4);
+  StepOptions one;
+  one.checkpoint = true;
+  one.offload_layers = -1;
+  StepOptions two = one;
+  two.checkpoint_every = 2;
+  const int64_t S = 512;
+  const MemorySnapshot a = plan(c, S, one), b = plan(c, S, two);
+  EXPECT_EQ(b.peak(Pool::HostCheckpoints) * 2, a.peak(Pool::HostCheckpoints));
+  EXPECT_EQ(a.peak(Pool::Checkpoints), 0u);
+  EXPECT_EQ(b.peak(Pool::Checkpoints), size_t(S) * c.hidden_size * 4);  // one float32 [S, hidden] input
 }
 
 TEST(MemoryPlan, TiledLossKeepsLogitsFlat) {

@@ -24,6 +24,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"checkpoint", false, false, "keep only each layer's input; recompute the layer in backward"},
       {"offload-checkpoints", true, true, "keep the first K layers' checkpoints (or all) in host memory; implies "
                                           "--checkpoint (default all)"},
+      {"checkpoint-every", true, false, "two-level checkpoints: keep one input per segment of K layers; the backward "
+                                        "recomputes a segment's forward once (implies --checkpoint; default 1)"},
       {"keep-attention", true, true, "on|off|auto: with checkpoints, keep each layer's attention output and "
                                      "log-sum-exp on the device so that the recompute skips the attention (2 of its 9 "
                                      "FLOP units); auto (the default) keeps them when the plan with them fits"},
@@ -46,6 +48,12 @@ StepOptions step_options_from(const Args& args) {
     o.checkpoint = true;
     o.offload_layers = (v.empty() || v == "all") ? -1 : args.get_int("offload-checkpoints", -1);
     ULY_CHECK(o.offload_layers >= -1, "--offload-checkpoints expects a number of layers or 'all', got '" << v << "'");
+  }
+  if (args.has("checkpoint-every")) {
+    o.checkpoint_every = args.get_int("checkpoint-every", 1);
+    ULY_CHECK(o.checkpoint_every >= 1, "--checkpoint-every expects a number of layers >= 1, got "
+                                           << args.get("checkpoint-every", ""));
+    o.checkpoint = true;
   }
   const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
   ULY_CHECK(keep.empty() || keep == "on" || keep == "off" || keep == "auto",

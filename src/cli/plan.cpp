@@ -27,6 +27,7 @@ std::string options_text(const StepOptions& o) {
     s += o.offload_layers < 0 ? "--offload-checkpoints " : "--offload-checkpoints=" + std::to_string(o.offload_layers) + " ";
   else if (o.checkpoint)
     s += "--checkpoint ";
+  if (o.checkpoint && o.checkpoint_every > 1) s += "--checkpoint-every=" + std::to_string(o.checkpoint_every) + " ";
   if (o.keep_attention) s += "--keep-attention ";
   if (o.loss_tile_tokens > 0) s += "--tiled-loss ";
   if (o.mlp_tiles != 1) s += "--tiled-mlp ";
@@ -53,7 +54,9 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
   ckpt.checkpoint = keep.checkpoint = offload.checkpoint = true;
   keep.keep_attention = true;
   offload.offload_layers = -1;
-  std::vector<StepOptions> ladder = {req.options, tiled, keep, ckpt, offload};
+  StepOptions two_level = offload;  // one host checkpoint per 4 layers: a quarter of the host memory
+  two_level.checkpoint_every = 4;
+  std::vector<StepOptions> ladder = {req.options, tiled, keep, ckpt, offload, two_level};
   std::cout << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
             << format_bytes(host_budget) << "\n";

@@ -286,9 +286,11 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   std::vector<KeptAttention> kept(Lyr);
   const bool keep = options_.checkpoint && options_.keep_attention;
   CheckpointStore store(be_, Lyr, options_.offload_layers);
+  // Segments of K layers; K = 1 keeps every layer's input (one-level checkpointing).
+  const int64_t K = options_.checkpoint ? std::max<int64_t>(1, options_.checkpoint_every) : 1;
   for (int64_t l = 0; l < Lyr; ++l) {
     Tensor y = be_.empty({N, D}, t);
-    if (options_.checkpoint) store.put(l, x);
+    if (options_.checkpoint && l % K == 0) store.put(l, x);
     layer_forward(l, x, acts[l], y);
     if (keep) {  // into the checkpoint pool, so that the working set stays what it was
       const AttentionSaved& sv = acts[l].saved;
@@ -306,10 +308,26 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   const double loss_sum = head_forward_backward(x, targets, grad_scale, dx);
   x = Tensor{};
 
+  // The segment [s, s + K) whose layer inputs are on the device (checkpoints only).
+  int64_t segment = Lyr;
+  std::vector<Tensor> inputs;
   for (int64_t l = Lyr - 1; l >= 0; --l) {
-    if (options_.checkpoint) {  // recompute this layer from its saved input
-      const Tensor x_in = store.take(l);
-      store.prefetch(l - 1);
+    if (options_.checkpoint) {
+      if (l < segment) {  // the segment's input, then its forward once for the inputs of its other layers
+        segment = l / K * K;
+        inputs.assign(static_cast<size_t>(l - segment + 1), Tensor{});
+        inputs[0] = store.take(segment);
+        store.prefetch(segment - K);
+        ProfileScope recompute(be_, "recompute", ProfileScope::AbsorbNested);
+        for (int64_t j = segment; j < l; ++j) {
+          LayerActs scratch;
+          inputs[j - segment + 1] = be_.empty({N, D}, t, Pool::Checkpoints);
+          layer_forward(j, inputs[j - segment], scratch, inputs[j - segment + 1], keep ? &kept[j] : nullptr);
+        }
+      }
+      // This layer's activations from its input.
+      const Tensor x_in = inputs[l - segment];
+      inputs[l - segment] = Tensor{};
       ProfileScope recompute(be_, "recompute", ProfileScope::AbsorbNested);
       Tensor no_output;
       layer_forward(l, x_in, acts[l], no_output, keep ? &kept[l] : nullptr);

@@ -21,6 +21,9 @@ struct StepOptions {
   int64_t offload_layers = 0;     // with checkpoint: the first K layers' checkpoints go to host memory; -1 = all
   bool keep_attention = false;    // with checkpoint: keep each layer's attention output and lse on the device, so
                                   // that the recompute skips the attention kernel
+  int64_t checkpoint_every = 1;   // with checkpoint: keep one input per segment of this many layers (two-level
+                                  // checkpointing); the backward recomputes a segment's forward once, keeping its
+                                  // layer inputs on the device (Checkpoints pool), then each layer as usual
 };
 
 class LlamaModel {

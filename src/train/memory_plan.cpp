@@ -198,7 +198,9 @@ void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t
   if (o.mlp_tiles == 1) { StepOptions v = o; v.mlp_tiles = 0; variants.push_back({"--tiled-mlp", v}); }
   { StepOptions v = o; v.checkpoint = true; v.offload_layers = -1; v.loss_tile_tokens = v.loss_tile_tokens ? v.loss_tile_tokens : 1024;
     if (v.mlp_tiles == 1) v.mlp_tiles = 0;
-    variants.push_back({"--checkpoint --offload-checkpoints=all --tiled-loss --tiled-mlp", v}); }
+    variants.push_back({"--checkpoint --offload-checkpoints=all --tiled-loss --tiled-mlp", v});
+    v.checkpoint_every = 4;
+    variants.push_back({"--offload-checkpoints=all --checkpoint-every 4 --tiled-loss --tiled-mlp", v}); }
   std::ostringstream fits;
   for (const Variant& v : variants) {
     PlanRequest alt = r;

@@ -55,6 +55,7 @@ memory:
   checkpoint: false     # recompute each layer in backward from its saved input
   offload_checkpoints: 0  # first K layers' checkpoints to host memory; -1 = all (implies checkpoint)
   keep_attention: false   # with checkpoints: keep attention outputs so that the recompute skips the attention
+  checkpoint_every: 1     # two-level checkpoints: one saved input per this many layers (implies checkpoint)
 )";
 
 nlohmann::json yaml_to_json(const YAML::Node& n) {
@@ -221,6 +222,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.memory.offload_layers = m["offload_checkpoints"];
   if (c.memory.offload_layers != 0) c.memory.checkpoint = true;
   c.memory.keep_attention = m["keep_attention"];
+  c.memory.checkpoint_every = m["checkpoint_every"];
+  if (c.memory.checkpoint_every > 1) c.memory.checkpoint = true;
 
   const std::string src = path.empty() ? std::string("train config") : path;
   ULY_CHECK(!c.model.empty() || !c.model_config.empty(),
@@ -237,6 +240,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
             src << ": 'save_dtype' must be float32, bfloat16 or float16, got '" << c.save_dtype << "'");
   ULY_CHECK(c.memory.mlp_tiles >= 0, src << ": 'memory.tiled_mlp' must be >= 0");
   ULY_CHECK(c.memory.offload_layers >= -1, src << ": 'memory.offload_checkpoints' must be >= -1");
+  ULY_CHECK(c.memory.checkpoint_every >= 1, src << ": 'memory.checkpoint_every' must be >= 1, got "
+                                                << c.memory.checkpoint_every);
   ULY_CHECK(!c.memory.keep_attention || c.memory.checkpoint,
             src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
   ULY_CHECK(c.log_every > 0, src << ": 'log_every' must be positive");

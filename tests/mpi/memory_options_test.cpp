@@ -109,6 +109,42 @@ TEST(MemoryOptions, LongSequenceEveryDegree) {
   }
 }
 
+// Two-level checkpoints (one input per segment of K layers, segments of unequal length when K
+// does not divide the layers, the last one short), alone and with offload, tiled MLP and
+// keep-attention, equal the plain step at every degree.
+TEST(MemoryOptions, TwoLevelCheckpointsEveryDegree) {
+  ModelConfig c;
+  ASSERT_TRUE(named_model_config("tiny", &c));
+  c.num_hidden_layers = 5;
+  auto be = make_cpu_backend();
+  LlamaWeights w(c);
+  w.init_random(*be, 11);
+  TokenBatch batch;
+  batch.B = 1;
+  batch.S = 384;
+  for (int64_t i = 0; i < batch.S; ++i) {
+    batch.ids.push_back(static_cast<int32_t>((i * 13 + 5) % c.vocab_size));
+    batch.targets.push_back(static_cast<int32_t>((i * 7 + 1) % c.vocab_size));
+    batch.positions.push_back(static_cast<int32_t>(i < 100 ? i : i - 100));  // two documents
+  }
+  const Outcome plain = run(w, *be, batch, 1, {});
+  for (int sp : ProcessMesh::valid_sp_values(world().size())) {
+    if (!fits(c, sp)) continue;
+    for (int64_t every : {2, 3, 5}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        StepOptions o;
+        o.checkpoint = true;
+        o.checkpoint_every = every;
+        if (variant == 1) o.offload_layers = -1, o.mlp_tiles = 0;
+        if (variant == 2) o.offload_layers = 3, o.keep_attention = true;
+        SCOPED_TRACE("sp=" + std::to_string(sp) + " every=" + std::to_string(every) + " variant " +
+                     std::to_string(variant));
+        expect_same(run(w, *be, batch, sp, o), plain, w);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ulysses::test
 
