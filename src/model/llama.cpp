@@ -162,34 +162,51 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
   Tensor dx2 = be_.empty({N, D}, t);
   be_.rmsnorm_backward(dx2, L.post_norm->grad, dxn2, a.x_mid, L.post_norm->value, a.rstd2);
   be_.add(d_mid, d_mid, dx2);
+  // The MLP half's activations are spent: gone before the attention's backward (the layer's peak).
+  a.x_mid = a.xn2 = a.rstd2 = a.gate = a.up = a.h = Tensor{};
 }
 
-void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tensor& dy) {
+void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
+                                const std::function<void()>& after_attention) {
   LlamaWeights::Layer& L = w_.layer(l);
-  const int64_t N = dy.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
+  const int64_t N = grad.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
                 d = c_.head_dim;
   const DType t = be_.act_dtype();
+  // The normed input is rebuilt from x_in after the attention's backward (one cheap pass)
+  // instead of being held through it: one [N, D] less at the layer's peak.
+  a.xn1 = Tensor{};
   ProfileScope prof(be_, "mlp");
-  Tensor d_mid = be_.empty({N, D}, t);
-  be_.copy(d_mid, dy);
+  Tensor d_mid = std::move(grad);  // becomes dL/dx_mid in place
+  grad = Tensor{};
   mlp_backward(l, a, d_mid);
   prof.next("o-projection");
   Tensor dattn = be_.empty({N, H * d}, t);
   linear_backward(dattn, *L.wo, d_mid, a.attn, false);
+  a.attn = Tensor{};
   prof.next("attention");
   Tensor dq = be_.empty({N, H, d}, t), dk = be_.empty({N, Hkv, d}, t), dv = be_.empty({N, Hkv, d}, t);
   attention_->backward(dq, dk, dv, dattn.reshape({N, H, d}), a.saved, docs_);
+  dattn = Tensor{};
+  a.saved = AttentionSaved{};
+  a.q = a.k = a.v = Tensor{};
+  if (after_attention) after_attention();
+  prof.next("rmsnorm");
+  Tensor xn1 = be_.empty({N, D}, t);
+  be_.rmsnorm_forward(xn1, a.rstd1, a.x_in, L.input_norm->value, c_.rms_norm_eps);
   prof.next("rope");
   be_.rope_backward(dq, dq, positions_, inv_freq_);
   be_.rope_backward(dk, dk, positions_, inv_freq_);
   prof.next("qkv projections");
   Tensor dxn1 = be_.empty({N, D}, t);
-  linear_backward(dxn1, *L.wq, dq.reshape({N, H * d}), a.xn1, false);
-  linear_backward(dxn1, *L.wk, dk.reshape({N, Hkv * d}), a.xn1, true);
-  linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), a.xn1, true);
+  linear_backward(dxn1, *L.wq, dq.reshape({N, H * d}), xn1, false);
+  linear_backward(dxn1, *L.wk, dk.reshape({N, Hkv * d}), xn1, true);
+  linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), xn1, true);
+  dq = dk = dv = Tensor{};
   prof.next("rmsnorm");
+  Tensor dx = be_.empty({N, D}, t);
   be_.rmsnorm_backward(dx, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1);
   be_.add(dx, dx, d_mid);
+  grad = dx;
 }
 
 // Final norm, lm_head and cross-entropy in tiles of tokens; the backward of
@@ -317,7 +334,6 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
         segment = l / K * K;
         inputs.assign(static_cast<size_t>(l - segment + 1), Tensor{});
         inputs[0] = store.take(segment);
-        store.prefetch(segment - K);
         ProfileScope recompute(be_, "recompute", ProfileScope::AbsorbNested);
         for (int64_t j = segment; j < l; ++j) {
           LayerActs scratch;
@@ -333,10 +349,12 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
       layer_forward(l, x_in, acts[l], no_output, keep ? &kept[l] : nullptr);
       kept[l] = KeptAttention{};
     }
-    Tensor dprev = be_.empty({N, D}, t);
-    layer_backward(l, acts[l], dprev, dx);
+    // The next segment's checkpoint comes in during the segment's first layer's backward, after
+    // its attention (the step's peak), overlapped with the rest of that layer.
+    const bool first_of_segment = options_.checkpoint && l == segment;
+    layer_backward(l, acts[l], dx, first_of_segment ? std::function<void()>([&] { store.prefetch(segment - K); })
+                                                    : std::function<void()>());
     acts[l] = LayerActs{};
-    dx = dprev;
   }
   prof.next("embedding");
   be_.embedding_backward(w_.embed().grad, dx, ids);

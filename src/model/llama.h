@@ -46,7 +46,10 @@ class LlamaModel {
   struct LayerActs;
   struct KeptAttention;
   void layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out, const KeptAttention* kept = nullptr);
-  void layer_backward(int64_t l, LayerActs& a, Tensor& dx, const Tensor& dy);
+  // grad: dL/d(layer output) on entry, dL/d(layer input) on exit (its buffer is reused). Each
+  // activation is released as soon as the backward has used it; after_attention (if set) runs
+  // once the attention's backward is done (the checkpoint prefetch goes there: past the peak).
+  void layer_backward(int64_t l, LayerActs& a, Tensor& grad, const std::function<void()>& after_attention);
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
   int64_t mlp_tile_tokens(int64_t N) const;
