@@ -22,15 +22,21 @@ MemoryPools& Backend::pools() {
   return *pools_;
 }
 
-double Backend::sum_squares(const Tensor&) {
+double Backend::sum_squares_impl(const Tensor&) {
   ULY_FAIL("backend '" << name() << "' does not implement sum_squares (needed for gradient clipping)");
 }
 
-void Backend::adamw_step(Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&) {
+double Backend::sum_squares_all_impl(const std::vector<const Tensor*>& xs) {
+  double s = 0;
+  for (const Tensor* x : xs) s += sum_squares_impl(*x);
+  return s;
+}
+
+void Backend::adamw_step_impl(Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&) {
   ULY_FAIL("backend '" << name() << "' does not implement adamw_step (needed for training)");
 }
 
-void Backend::copy_heads(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) {
+void Backend::copy_heads_impl(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) {
   ULY_FAIL("backend '" << name() << "' does not implement copy_heads (needed for sequence parallelism)");
 }
 

@@ -3,9 +3,9 @@
 // fp32 math). The model never names a device; it calls these.
 //
 // Tensor arguments follow backend/cpu/ops.h (same names, same order, same
-// shapes); this layer checks shapes and dtypes and dispatches. Activations use
-// act_dtype(); weights are in act_dtype() for compute with fp32 master copies;
-// gradients of weights are fp32.
+// shapes); this layer checks shapes and dtypes once (op_checks.cpp) and calls
+// the backend's implementation. Activations use act_dtype(); weights are in
+// act_dtype() for compute with fp32 master copies; gradients of weights are fp32.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -103,26 +103,35 @@ class Backend {
   // steps, so that resolving device timings never stalls a step.
   virtual void profile_flush() {}
 
-  virtual void zero(Tensor& t) = 0;
+  // ---- ops ----
+  // Each op is a non-virtual entry (op_checks.cpp) that checks its arguments once, by the
+  // rules below: every tensor defined and held by this backend (index tensors, and zero/copy/
+  // sum, may also be host tensors that a device backend copies in), the op's shape relations,
+  // and the dtypes: activations and weights in one of the device's data dtypes, statistics,
+  // losses and weight gradients in the accumulator dtype. Then it calls the backend's *_impl,
+  // which checks only what needs the data (ids in range, document starts) or its own kernels.
+  // A failure names the op, the argument, what it is and what was expected.
+
+  void zero(Tensor& t);
   // dst and src: same numel; any of host/device on either side; float dtypes are converted.
-  virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  void copy(Tensor& dst, const Tensor& src);
   virtual void synchronize() = 0;
 
   // ---- ops (see backend/cpu/ops.h for the exact semantics) ----
-  virtual void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) = 0;
-  virtual void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
-  virtual void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) = 0;
-  virtual void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                                const Tensor& rstd) = 0;
-  // x/out: [N, H, d]; pos: [N] int32; inv_freq: [d/2] float32 (host or device per backend).
-  virtual void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) = 0;
-  virtual void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) = 0;
+  void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table);
+  void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids);
+  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps);
+  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& rstd);
+  // x/out: [N, H, d]; pos: [N] int32; inv_freq: [d/2] float32 (host or this backend's device).
+  void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq);
+  void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq);
   // docs: the row's documents (backend/documents.h), on this backend's device.
-  virtual void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Documents& docs, double scale) = 0;
-  virtual void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
-                                  const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Documents& docs, double scale) = 0;
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Documents& docs, double scale);
+  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                          const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Documents& docs, double scale);
   // Scratch memory one attention call of this shape takes from the Working pool while it
   // runs (and gives back before it returns): the backend's own answer, so that the memory
   // planner counts what the kernels chosen for the call really take.
@@ -131,38 +140,77 @@ class Backend {
     (void)backward;
     return 0;
   }
-  virtual void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) = 0;
-  virtual void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
-                               const Tensor& up) = 0;
-  // losses: [N] float32 (write); dlogits may alias logits.
-  virtual void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
-                                              const Tensor& targets, double grad_scale) = 0;
-  // C = alpha * op(A) op(B) + beta * C on 2-D tensors (row-major).
-  virtual void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha = 1.0,
-                      double beta = 0.0) = 0;
-  virtual void add(Tensor& y, const Tensor& a, const Tensor& b) = 0;
-  virtual void axpy(Tensor& y, const Tensor& x, double alpha) = 0;
+  void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up);
+  void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up);
+  // losses: [N] float32 (or the accumulator dtype; write); dlogits may alias logits.
+  void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                      double grad_scale);
+  // C = alpha * op(A) op(B) + beta * C on 2-D tensors (row-major); C in A's dtype or the accumulator dtype.
+  void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha = 1.0,
+              double beta = 0.0);
+  void add(Tensor& y, const Tensor& a, const Tensor& b);
+  // y += alpha x; y and x of one dtype, or one the other's accumulator dtype.
+  void axpy(Tensor& y, const Tensor& x, double alpha);
   // Sum of all elements in float64 (losses, token counts).
-  virtual double sum(const Tensor& x) = 0;
+  double sum(const Tensor& x);
   // Sum of squares in float64 (the global gradient norm).
-  virtual double sum_squares(const Tensor& x);
+  double sum_squares(const Tensor& x);
   // The sum of sum_squares over all tensors (the global gradient norm): one read-back on
   // devices with streams, not one per tensor.
-  virtual double sum_squares_all(const std::vector<const Tensor*>& xs) {
-    double s = 0;
-    for (const Tensor* x : xs) s += sum_squares(*x);
-    return s;
-  }
-  // One AdamW step on fp32 master weights: master, m, v, grad: float32 [n]; weight: the
-  // compute copy (act_dtype) written from the new master (may be master itself).
-  virtual void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
-                          const AdamWParams& p);
+  double sum_squares_all(const std::vector<const Tensor*>& xs);
+  // One AdamW step on fp32 master weights: master, m, v, grad: [n] in the accumulator dtype of
+  // weight (float32 on CUDA); weight: the compute copy (a data dtype) written from the new
+  // master (may be master itself).
+  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad, const AdamWParams& p);
   // dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i] for i < n_heads.
   // The packing step around the Ulysses all-to-alls.
-  virtual void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
-                          bool accumulate);
+  void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
+                  bool accumulate);
+
+  // ---- the rules the entries check by ----
+  // Whether t lies where this backend's ops read and write it: on device().
+  virtual bool holds(const Tensor& t) const { return t.device() == device(); }
+  // The dtypes of activations and weights on this device: float32 or float64 on the CPU,
+  // float32 or bfloat16 on CUDA.
+  bool takes_data_dtype(DType dt) const;
+  // The dtype of what an op accumulates from data of dtype dt (rstd, lse, losses, weight
+  // gradients, AdamW's master and moments): dt itself on the CPU, float32 on CUDA.
+  DType accumulator_dtype(DType dt) const;
 
  protected:
+  // The implementations, called with arguments already checked (see the entries above).
+  virtual void zero_impl(Tensor& t) = 0;
+  virtual void copy_impl(Tensor& dst, const Tensor& src) = 0;
+  virtual void embedding_forward_impl(Tensor& out, const Tensor& ids, const Tensor& table) = 0;
+  virtual void embedding_backward_impl(Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
+  virtual void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) = 0;
+  virtual void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                     const Tensor& rstd) = 0;
+  virtual void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) = 0;
+  virtual void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) = 0;
+  virtual void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Documents& docs, double scale) = 0;
+  virtual void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                       const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Documents& docs, double scale) = 0;
+  virtual void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) = 0;
+  virtual void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                                    const Tensor& up) = 0;
+  virtual void cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                                   const Tensor& targets, double grad_scale) = 0;
+  virtual void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
+                           double beta) = 0;
+  virtual void add_impl(Tensor& y, const Tensor& a, const Tensor& b) = 0;
+  virtual void axpy_impl(Tensor& y, const Tensor& x, double alpha) = 0;
+  virtual double sum_impl(const Tensor& x) = 0;
+  virtual double sum_squares_impl(const Tensor& x);
+  // By default the sum of sum_squares_impl over the tensors.
+  virtual double sum_squares_all_impl(const std::vector<const Tensor*>& xs);
+  virtual void adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                               const AdamWParams& p);
+  virtual void copy_heads_impl(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0,
+                               int64_t n_heads, bool accumulate);
+
   // For backends that count instead of allocating (the planner).
   void set_pools(std::unique_ptr<MemoryPools> pools) { pools_ = std::move(pools); }
 

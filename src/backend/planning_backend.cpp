@@ -19,6 +19,9 @@ class PlanningBackend final : public Backend {
   std::string name() const override { return "plan"; }
   DType act_dtype() const override { return act_; }
   Allocator& allocator() override { return host_allocator(); }  // never used: the pools only count
+  // Its tensors are placeholders counted in host pools, whatever the device planned for:
+  // the entries check shapes and dtypes (by the planned device's rules), not where tensors are.
+  bool holds(const Tensor&) const override { return true; }
 
   // The profile's families name the allocations of an itemised peak (MemoryPools::capture_at_device_bytes).
   void profile_push(const char* family, bool) override {
@@ -30,37 +33,39 @@ class PlanningBackend final : public Backend {
     pools().set_family(families_.empty() ? nullptr : families_.back());
   }
 
-  void zero(Tensor&) override {}
-  void copy(Tensor&, const Tensor&) override {}
   void synchronize() override {}
-  void embedding_forward(Tensor&, const Tensor&, const Tensor&) override {}
-  void embedding_backward(Tensor&, const Tensor&, const Tensor&) override {}
-  void rmsnorm_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
-  void rmsnorm_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void rope_forward(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void rope_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void attention_forward(Tensor&, Tensor&, const Tensor& q, const Tensor& k, const Tensor&, const Documents& docs,
-                         double) override {
-    take_workspace(q, k, docs, false);
-  }
-  void attention_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor& q,
-                          const Tensor& k, const Tensor&, const Documents& docs, double) override {
-    take_workspace(q, k, docs, true);
-  }
   size_t attention_workspace_bytes(const AttentionShape& s, bool backward) override {
     if (runtime_) return runtime_->attention_workspace_bytes(s, backward);
     if (device_ != Device::CUDA || !backward) return 0;
     return act_ == DType::F32 ? cuda_attention_f32_backward_workspace_bytes(s.S, s.H)
                               : cuda_attention_backward_workspace_bytes(s.S, s.H, s.d);
   }
-  void swiglu_forward(Tensor&, const Tensor&, const Tensor&) override {}
-  void swiglu_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void cross_entropy_forward_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
-  void matmul(Tensor&, const Tensor&, const Tensor&, bool, bool, double, double) override {}
-  void add(Tensor&, const Tensor&, const Tensor&) override {}
-  void axpy(Tensor&, const Tensor&, double) override {}
-  double sum(const Tensor&) override { return 0.0; }
-  void copy_heads(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) override {}
+
+ protected:
+  void zero_impl(Tensor&) override {}
+  void copy_impl(Tensor&, const Tensor&) override {}
+  void embedding_forward_impl(Tensor&, const Tensor&, const Tensor&) override {}
+  void embedding_backward_impl(Tensor&, const Tensor&, const Tensor&) override {}
+  void rmsnorm_forward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
+  void rmsnorm_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void rope_forward_impl(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void rope_backward_impl(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void attention_forward_impl(Tensor&, Tensor&, const Tensor& q, const Tensor& k, const Tensor&, const Documents& docs,
+                              double) override {
+    take_workspace(q, k, docs, false);
+  }
+  void attention_backward_impl(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor& q,
+                               const Tensor& k, const Tensor&, const Documents& docs, double) override {
+    take_workspace(q, k, docs, true);
+  }
+  void swiglu_forward_impl(Tensor&, const Tensor&, const Tensor&) override {}
+  void swiglu_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void cross_entropy_forward_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
+  void matmul_impl(Tensor&, const Tensor&, const Tensor&, bool, bool, double, double) override {}
+  void add_impl(Tensor&, const Tensor&, const Tensor&) override {}
+  void axpy_impl(Tensor&, const Tensor&, double) override {}
+  double sum_impl(const Tensor&) override { return 0.0; }
+  void copy_heads_impl(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) override {}
 
  private:
   // The backend takes its workspace for the call only: taken and given back here too.

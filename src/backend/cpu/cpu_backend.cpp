@@ -1,9 +1,8 @@
-// The CPU Backend: checks every Tensor argument (device, dtype, shape) with a
-// message naming the op and the shapes, then calls the cpu:: reference ops.
-//
-// Data tensors are float32 (act_dtype) or, for float64 reference runs, float64;
-// all data tensors of one call share one dtype. Index tensors (ids, pos,
-// targets, doc_start) are int32; inv_freq is float32.
+// The CPU Backend: calls the cpu:: reference ops with arguments that Backend's
+// entries (op_checks.cpp) have checked: host tensors; data tensors float32
+// (act_dtype) or, for float64 reference runs, float64, one dtype per call;
+// index tensors (ids, pos, targets, doc_start) int32; inv_freq float32. What
+// needs the data is checked here: ids and targets in range, document starts.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -16,41 +15,6 @@
 
 namespace ulysses {
 namespace {
-
-void check_host(const char* op, const char* name, const Tensor& t) {
-  ULY_CHECK(t.defined(), op << ": " << name << " is an undefined tensor");
-  ULY_CHECK(t.device() == Device::CPU, op << ": " << name << " is " << t.describe()
-                                          << "; the cpu backend only takes host tensors (copy it to the host first)");
-}
-
-void check_dtype(const char* op, const char* name, const Tensor& t, DType want) {
-  check_host(op, name, t);
-  ULY_CHECK(t.dtype() == want, op << ": " << name << " must be " << dtype_name(want) << ", got " << t.describe());
-}
-
-// The data dtype of a call: float32 or float64, the same for every data tensor given.
-DType data_dtype(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
-  const auto& first = *ts.begin();
-  check_host(op, first.first, *first.second);
-  const DType dt = first.second->dtype();
-  ULY_CHECK(dt == DType::F32 || dt == DType::F64,
-            op << ": " << first.first << " must be float32 (or float64), got " << first.second->describe());
-  for (const auto& [name, t] : ts) {
-    check_host(op, name, *t);
-    ULY_CHECK(t->dtype() == dt, op << ": " << name << " is " << t->describe() << " but " << first.first << " is "
-                                   << first.second->describe() << "; all data tensors must share one dtype");
-  }
-  return dt;
-}
-
-void check_shape(const char* op, const char* name, const Tensor& t, const Shape& want) {
-  ULY_CHECK(t.shape() == want,
-            op << ": " << name << " must have shape " << shape_str(want) << ", got " << t.describe());
-}
-
-void check_ndim(const char* op, const char* name, const Tensor& t, int ndim, const char* layout) {
-  ULY_CHECK(t.ndim() == ndim, op << ": " << name << " must be " << layout << ", got " << t.describe());
-}
 
 // Calls f(T{}) with T the C++ type of dtype dt (float32 or float64).
 template <class F>
@@ -72,24 +36,45 @@ class CpuBackend final : public Backend {
   DType act_dtype() const override { return DType::F32; }
   Allocator& allocator() override { return host_allocator(); }
 
-  void zero(Tensor& t) override {
-    check_host("zero", "t", t);
+  void synchronize() override {}
+
+  // Every op has finished when it returns, so the host clock times the families.
+  void enable_profiling(StepProfile* profile) override { profile_ = profile; }
+  void profile_push(const char* family, bool absorb_nested) override {
+    if (profile_ != nullptr) profile_->open(family, absorb_nested, now());
+  }
+  void profile_pop() override {
+    if (profile_ != nullptr) profile_->close(now());
+  }
+
+  // Lagging transfers: the destination reads as NaN until wait_transfer() makes the copy.
+  uint64_t copy_async(Tensor& dst, const Tensor& src) override {
+    if (!lagging_transfers_) return Backend::copy_async(dst, src);
+    ULY_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+              "copy_async: " << dst.describe() << " <- " << src.describe() << ": one dtype and one element count");
+    std::memset(dst.raw(), 0xFF, dst.nbytes());  // all-ones bytes are NaN in every float dtype
+    lagging_[next_transfer_] = {dst.raw(), src.raw(), dst.nbytes()};
+    return next_transfer_++;
+  }
+  void wait_transfer(uint64_t id) override {
+    if (!lagging_transfers_ || id == 0) return;
+    auto it = lagging_.find(id);
+    ULY_CHECK(it != lagging_.end(), "wait_transfer: transfer " << id << " is unknown or was already waited for");
+    std::memcpy(it->second.dst, it->second.src, it->second.bytes);
+    lagging_.erase(it);
+  }
+
+ protected:
+  void zero_impl(Tensor& t) override {
     if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
   }
 
-  void copy(Tensor& dst, const Tensor& src) override {
-    check_host("copy", "dst", dst);
-    check_host("copy", "src", src);
-    ULY_CHECK(dst.numel() == src.numel(),
-              "copy: dst " << dst.describe() << " and src " << src.describe() << " differ in element count");
+  void copy_impl(Tensor& dst, const Tensor& src) override {
     const size_t n = static_cast<size_t>(src.numel());
     if (dst.dtype() == src.dtype()) {
       if (n > 0) std::memmove(dst.raw(), src.raw(), src.nbytes());
       return;
     }
-    ULY_CHECK(is_float(dst.dtype()) && is_float(src.dtype()),
-              "copy: cannot convert " << src.describe() << " to " << dst.describe()
-                                      << "; only float dtypes (float32, float64, bfloat16, float16) convert");
     // Fixed chunks converted in parallel; each goes through float32 unless the
     // destination is float64 or the source already is float32.
     constexpr size_t kChunk = size_t{1} << 15;
@@ -117,120 +102,66 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void synchronize() override {}
-
-  // Every op has finished when it returns, so the host clock times the families.
-  void enable_profiling(StepProfile* profile) override { profile_ = profile; }
-  void profile_push(const char* family, bool absorb_nested) override {
-    if (profile_ != nullptr) profile_->open(family, absorb_nested, now());
-  }
-  void profile_pop() override {
-    if (profile_ != nullptr) profile_->close(now());
-  }
-
-  void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) override {
-    const char* op = "embedding_forward";
-    const DType dt = data_dtype(op, {{"table", &table}, {"out", &out}});
-    check_dtype(op, "ids", ids, DType::I32);
-    check_ndim(op, "table", table, 2, "[V, D]");
-    check_ndim(op, "ids", ids, 1, "[N]");
+  void embedding_forward_impl(Tensor& out, const Tensor& ids, const Tensor& table) override {
     const int64_t N = ids.dim(0), V = table.dim(0), D = table.dim(1);
-    check_shape(op, "out", out, {N, D});
-    check_ids(op, "ids", ids, V, false);
-    dispatch(dt, [&](auto t) {
+    check_ids("embedding_forward", "ids", ids, V, false);
+    dispatch(table.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::embedding_forward(ptr<T>(out), ptr<int32_t>(ids), ptr<T>(table), N, D);
     });
   }
 
-  void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) override {
-    const char* op = "embedding_backward";
-    const DType dt = data_dtype(op, {{"dtable", &dtable}, {"dout", &dout}});
-    check_dtype(op, "ids", ids, DType::I32);
-    check_ndim(op, "dtable", dtable, 2, "[V, D]");
-    check_ndim(op, "ids", ids, 1, "[N]");
+  void embedding_backward_impl(Tensor& dtable, const Tensor& dout, const Tensor& ids) override {
     const int64_t N = ids.dim(0), V = dtable.dim(0), D = dtable.dim(1);
-    check_shape(op, "dout", dout, {N, D});
-    check_ids(op, "ids", ids, V, false);
-    dispatch(dt, [&](auto t) {
+    check_ids("embedding_backward", "ids", ids, V, false);
+    dispatch(dout.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::embedding_backward(ptr<T>(dtable), ptr<T>(dout), ptr<int32_t>(ids), N, D);
     });
   }
 
   // x: [..., D] (any leading dims, N rows); rstd: N elements.
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override {
-    const char* op = "rmsnorm_forward";
-    const DType dt = data_dtype(op, {{"x", &x}, {"y", &y}, {"rstd", &rstd}, {"w", &w}});
-    ULY_CHECK(x.ndim() >= 1, op << ": x must be [N, D], got " << x.describe());
-    const int64_t D = x.dim(-1), N = D == 0 ? 0 : x.numel() / D;
-    check_shape(op, "w", w, {D});
-    check_shape(op, "y", y, x.shape());
-    ULY_CHECK(rstd.numel() == N, op << ": rstd must have " << N << " elements (one per row of x "
-                                    << x.describe() << "), got " << rstd.describe());
-    ULY_CHECK(eps >= 0, op << ": eps must be >= 0, got " << eps);
-    dispatch(dt, [&](auto t) {
+  void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override {
+    const auto [N, D] = rows_cols(x);
+    dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::rmsnorm_forward(ptr<T>(y), ptr<T>(rstd), ptr<T>(x), ptr<T>(w), N, D, eps);
     });
   }
 
-  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& rstd) override {
-    const char* op = "rmsnorm_backward";
-    const DType dt =
-        data_dtype(op, {{"x", &x}, {"dx", &dx}, {"dw", &dw}, {"dy", &dy}, {"w", &w}, {"rstd", &rstd}});
-    ULY_CHECK(x.ndim() >= 1, op << ": x must be [N, D], got " << x.describe());
-    const int64_t D = x.dim(-1), N = D == 0 ? 0 : x.numel() / D;
-    check_shape(op, "w", w, {D});
-    check_shape(op, "dw", dw, {D});
-    check_shape(op, "dy", dy, x.shape());
-    check_shape(op, "dx", dx, x.shape());
-    ULY_CHECK(rstd.numel() == N, op << ": rstd must have " << N << " elements (one per row of x "
-                                    << x.describe() << "), got " << rstd.describe());
-    dispatch(dt, [&](auto t) {
+  void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                             const Tensor& rstd) override {
+    const auto [N, D] = rows_cols(x);
+    dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::rmsnorm_backward(ptr<T>(dx), ptr<T>(dw), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), N, D);
     });
   }
 
-  void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override {
-    rope("rope_forward", "x", "out", out, x, pos, inv_freq, true);
+  void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override {
+    rope(out, x, pos, inv_freq, true);
   }
-  void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override {
-    rope("rope_backward", "dout", "dx", dx, dout, pos, inv_freq, false);
+  void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override {
+    rope(dx, dout, pos, inv_freq, false);
   }
 
-  void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Documents& docs, double scale) override {
-    const char* op = "attention_forward";
+  void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Documents& docs, double scale) override {
     const Tensor& doc_start = docs.doc_start;
-    const DType dt = data_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}});
-    const Dims a = attention_dims(op, q, k, v, doc_start);
-    check_shape(op, "out", out, q.shape());
-    check_shape(op, "lse", lse, {a.H, a.S});
-    dispatch(dt, [&](auto t) {
+    const Dims a = attention_dims("attention_forward", q, k, doc_start);
+    dispatch(q.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::attention_forward(ptr<T>(out), ptr<T>(lse), ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<int32_t>(doc_start),
                              a.S, a.H, a.Hkv, a.d, scale);
     });
   }
 
-  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
-                          const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Documents& docs, double scale) override {
-    const char* op = "attention_backward";
+  void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                               const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Documents& docs, double scale) override {
     const Tensor& doc_start = docs.doc_start;
-    const DType dt = data_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse},
-                                     {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
-    const Dims a = attention_dims(op, q, k, v, doc_start);
-    check_shape(op, "out", out, q.shape());
-    check_shape(op, "dout", dout, q.shape());
-    check_shape(op, "dq", dq, q.shape());
-    check_shape(op, "dk", dk, k.shape());
-    check_shape(op, "dv", dv, k.shape());
-    check_shape(op, "lse", lse, {a.H, a.S});
-    dispatch(dt, [&](auto t) {
+    const Dims a = attention_dims("attention_backward", q, k, doc_start);
+    dispatch(q.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::attention_backward(ptr<T>(dq), ptr<T>(dk), ptr<T>(dv), ptr<T>(dout), ptr<T>(out), ptr<T>(lse),
                               ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<int32_t>(doc_start), a.S, a.H, a.Hkv, a.d,
@@ -239,50 +170,29 @@ class CpuBackend final : public Backend {
   }
 
   // gate, up, h: [..., F], all the same shape.
-  void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) override {
-    const char* op = "swiglu_forward";
-    const DType dt = data_dtype(op, {{"gate", &gate}, {"up", &up}, {"h", &h}});
-    check_shape(op, "up", up, gate.shape());
-    check_shape(op, "h", h, gate.shape());
+  void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) override {
     const auto [N, F] = rows_cols(gate);
-    dispatch(dt, [&](auto t) {
+    dispatch(gate.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::swiglu_forward(ptr<T>(h), ptr<T>(gate), ptr<T>(up), N, F);
     });
   }
 
-  void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
-                       const Tensor& up) override {
-    const char* op = "swiglu_backward";
-    const DType dt =
-        data_dtype(op, {{"gate", &gate}, {"up", &up}, {"dh", &dh}, {"dgate", &dgate}, {"dup", &dup}});
-    check_shape(op, "up", up, gate.shape());
-    check_shape(op, "dh", dh, gate.shape());
-    check_shape(op, "dgate", dgate, gate.shape());
-    check_shape(op, "dup", dup, gate.shape());
+  void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                            const Tensor& up) override {
     const auto [N, F] = rows_cols(gate);
-    dispatch(dt, [&](auto t) {
+    dispatch(gate.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::swiglu_backward(ptr<T>(dgate), ptr<T>(dup), ptr<T>(dh), ptr<T>(gate), ptr<T>(up), N, F);
     });
   }
 
   // losses may be float32 (the interface's type) or the logits' dtype.
-  void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits, const Tensor& targets,
-                                      double grad_scale) override {
-    const char* op = "cross_entropy_forward_backward";
-    const DType dt = data_dtype(op, {{"logits", &logits}, {"dlogits", &dlogits}});
-    check_ndim(op, "logits", logits, 2, "[N, V]");
+  void cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                           const Tensor& targets, double grad_scale) override {
+    const DType dt = logits.dtype();
     const int64_t N = logits.dim(0), V = logits.dim(1);
-    check_shape(op, "dlogits", dlogits, logits.shape());
-    check_dtype(op, "targets", targets, DType::I32);
-    check_shape(op, "targets", targets, {N});
-    check_host(op, "losses", losses);
-    ULY_CHECK(losses.dtype() == DType::F32 || losses.dtype() == dt,
-              op << ": losses must be float32, got " << losses.describe());
-    check_shape(op, "losses", losses, {N});
-    ULY_CHECK(V > 0 || N == 0, op << ": logits " << logits.describe() << " has an empty vocabulary");
-    check_ids(op, "targets", targets, V, true);
+    check_ids("cross_entropy_forward_backward", "targets", targets, V, true);
     dispatch(dt, [&](auto t) {
       using T = decltype(t);
       if (losses.dtype() == dt) {
@@ -298,87 +208,52 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
-              double beta) override {
-    const char* op = "matmul";
-    const DType dt = data_dtype(op, {{"A", &A}, {"B", &B}, {"C", &C}});
-    check_ndim(op, "A", A, 2, trans_a ? "[K, M] (trans_a)" : "[M, K]");
-    check_ndim(op, "B", B, 2, trans_b ? "[N, K] (trans_b)" : "[K, N]");
-    check_ndim(op, "C", C, 2, "[M, N]");
-    const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
-    const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
-    ULY_CHECK(K == Kb, op << ": inner dimensions differ: op(A) is [" << M << ", " << K << "] from A " << A.describe()
-                          << (trans_a ? " (transposed)" : "") << ", op(B) is [" << Kb << ", " << N << "] from B "
-                          << B.describe() << (trans_b ? " (transposed)" : ""));
-    check_shape(op, "C", C, {M, N});
-    dispatch(dt, [&](auto t) {
+  void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
+                   double beta) override {
+    const int64_t M = C.dim(0), N = C.dim(1), K = trans_a ? A.dim(0) : A.dim(1);
+    dispatch(A.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::matmul(ptr<T>(C), ptr<T>(A), ptr<T>(B), M, N, K, trans_a, trans_b, alpha, beta);
     });
   }
 
-  void add(Tensor& y, const Tensor& a, const Tensor& b) override {
-    const char* op = "add";
-    const DType dt = data_dtype(op, {{"y", &y}, {"a", &a}, {"b", &b}});
-    ULY_CHECK(a.numel() == y.numel() && b.numel() == y.numel(),
-              op << ": y " << y.describe() << ", a " << a.describe() << " and b " << b.describe()
-                 << " must have the same number of elements");
-    dispatch(dt, [&](auto t) {
+  void add_impl(Tensor& y, const Tensor& a, const Tensor& b) override {
+    dispatch(y.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::add(ptr<T>(y), ptr<T>(a), ptr<T>(b), y.numel());
     });
   }
 
-  void axpy(Tensor& y, const Tensor& x, double alpha) override {
-    const char* op = "axpy";
-    const DType dt = data_dtype(op, {{"y", &y}, {"x", &x}});
-    ULY_CHECK(x.numel() == y.numel(),
-              op << ": y " << y.describe() << " and x " << x.describe() << " must have the same number of elements");
-    dispatch(dt, [&](auto t) {
+  void axpy_impl(Tensor& y, const Tensor& x, double alpha) override {
+    dispatch(y.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::axpy(ptr<T>(y), ptr<T>(x), alpha, y.numel());
     });
   }
 
   // dst: [N, Hd, d], src: [N, Hs, d]; heads [dst_head0, +n_heads) of dst from heads [src_head0, +n_heads) of src.
-  void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
-                  bool accumulate) override {
-    const char* op = "copy_heads";
-    const DType dt = data_dtype(op, {{"dst", &dst}, {"src", &src}});
-    check_ndim(op, "dst", dst, 3, "[N, Hd, d]");
-    check_ndim(op, "src", src, 3, "[N, Hs, d]");
+  void copy_heads_impl(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
+                       bool accumulate) override {
     const int64_t N = dst.dim(0), Hd = dst.dim(1), d = dst.dim(2), Hs = src.dim(1);
-    ULY_CHECK(src.dim(0) == N && src.dim(2) == d,
-              op << ": src " << src.describe() << " and dst " << dst.describe() << " must agree in N and d");
-    ULY_CHECK(n_heads >= 0 && dst_head0 >= 0 && src_head0 >= 0 && dst_head0 + n_heads <= Hd &&
-                  src_head0 + n_heads <= Hs,
-              op << ": heads [" << src_head0 << ", " << src_head0 + n_heads << ") of src " << src.describe()
-                 << " -> [" << dst_head0 << ", " << dst_head0 + n_heads << ") of dst " << dst.describe()
-                 << " are out of range");
-    dispatch(dt, [&](auto t) {
+    dispatch(dst.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::copy_heads(ptr<T>(dst), Hd, dst_head0, ptr<T>(src), Hs, src_head0, n_heads, N, d, accumulate);
     });
   }
 
-  double sum_squares(const Tensor& x) override {
-    const DType dt = data_dtype("sum_squares", {{"x", &x}});
+  double sum_squares_impl(const Tensor& x) override {
     double s = 0;
-    dispatch(dt, [&](auto t) {
+    dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);
       s = cpu::sum_squares(ptr<T>(x), x.numel());
     });
     return s;
   }
 
-  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
-                  const AdamWParams& p) override {
-    const char* op = "adamw_step";
-    const DType dt = data_dtype(op, {{"master", &master}, {"m", &m}, {"v", &v}, {"weight", &weight}, {"grad", &grad}});
+  void adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                       const AdamWParams& p) override {
     const int64_t n = master.numel();
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&m, &v, &weight, &grad})
-      ULY_CHECK(t->numel() == n, op << ": " << t->describe() << " does not match master " << master.describe());
-    dispatch(dt, [&](auto t) {
+    dispatch(master.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::adamw_step(ptr<T>(master), ptr<T>(m), ptr<T>(v), ptr<T>(weight), ptr<T>(grad), n, p.lr, p.beta1, p.beta2,
                       p.eps, p.weight_decay, p.step, p.grad_scale);
@@ -386,8 +261,7 @@ class CpuBackend final : public Backend {
   }
 
   // Fixed chunks summed in a fixed order, so the result does not depend on the thread count.
-  double sum(const Tensor& x) override {
-    check_host("sum", "x", x);
+  double sum_impl(const Tensor& x) override {
     const int64_t n = x.numel();
     constexpr int64_t kChunk = 1 << 14;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -445,20 +319,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  static Dims attention_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& doc_start) {
-    check_ndim(op, "q", q, 3, "[S, H, d]");
-    check_ndim(op, "k", k, 3, "[S, Hkv, d]");
+  // The dimensions of q [S, H, d] and k [S, Hkv, d]; checks that each doc_start[i] lies in [0, i].
+  static Dims attention_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& doc_start) {
     const Dims a{q.dim(0), q.dim(1), k.dim(1), q.dim(2)};
-    ULY_CHECK(k.dim(0) == a.S && k.dim(2) == a.d,
-              op << ": k " << k.describe() << " must be [S, Hkv, d] with S, d of q " << q.describe());
-    ULY_CHECK(a.Hkv > 0 && a.H % a.Hkv == 0,
-              op << ": query heads H=" << a.H << " (q " << q.describe() << ") must be a multiple of kv heads Hkv="
-                 << a.Hkv << " (k " << k.describe() << ")");
-    check_shape(op, "v", v, k.shape());
-    ULY_CHECK(doc_start.defined(), op << ": the documents have no doc_start");
-    check_dtype(op, "doc_start", doc_start, DType::I32);
-    check_shape(op, "doc_start", doc_start, {a.S});
     const int32_t* ds = ptr<int32_t>(doc_start);
     for (int64_t i = 0; i < a.S; ++i)
       ULY_CHECK(ds[i] >= 0 && ds[i] <= i, op << ": doc_start[" << i << "] = " << ds[i]
@@ -467,41 +330,15 @@ class CpuBackend final : public Backend {
     return a;
   }
 
-  void rope(const char* op, const char* in_name, const char* out_name, Tensor& out, const Tensor& x,
-            const Tensor& pos, const Tensor& inv_freq, bool forward) {
-    const DType dt = data_dtype(op, {{in_name, &x}, {out_name, &out}});
-    check_ndim(op, in_name, x, 3, "[N, H, d]");
-    check_shape(op, out_name, out, x.shape());
+  static void rope(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq, bool forward) {
     const int64_t N = x.dim(0), H = x.dim(1), d = x.dim(2);
-    ULY_CHECK(d % 2 == 0, op << ": head dim d of " << in_name << " " << x.describe() << " must be even");
-    check_dtype(op, "pos", pos, DType::I32);
-    check_shape(op, "pos", pos, {N});
-    check_dtype(op, "inv_freq", inv_freq, DType::F32);
-    check_shape(op, "inv_freq", inv_freq, {d / 2});
-    dispatch(dt, [&](auto t) {
+    dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);
       if (forward)
         cpu::rope_forward(ptr<T>(out), ptr<T>(x), ptr<int32_t>(pos), ptr<float>(inv_freq), N, H, d);
       else
         cpu::rope_backward(ptr<T>(out), ptr<T>(x), ptr<int32_t>(pos), ptr<float>(inv_freq), N, H, d);
     });
-  }
-
-  // Lagging transfers: the destination reads as NaN until wait_transfer() makes the copy.
-  uint64_t copy_async(Tensor& dst, const Tensor& src) override {
-    if (!lagging_transfers_) return Backend::copy_async(dst, src);
-    ULY_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
-              "copy_async: " << dst.describe() << " <- " << src.describe() << ": one dtype and one element count");
-    std::memset(dst.raw(), 0xFF, dst.nbytes());  // all-ones bytes are NaN in every float dtype
-    lagging_[next_transfer_] = {dst.raw(), src.raw(), dst.nbytes()};
-    return next_transfer_++;
-  }
-  void wait_transfer(uint64_t id) override {
-    if (!lagging_transfers_ || id == 0) return;
-    auto it = lagging_.find(id);
-    ULY_CHECK(it != lagging_.end(), "wait_transfer: transfer " << id << " is unknown or was already waited for");
-    std::memcpy(it->second.dst, it->second.src, it->second.bytes);
-    lagging_.erase(it);
   }
 
  private:

@@ -14,15 +14,14 @@
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/reduce.h"
-#include "backend/cuda/tensor_checks.h"
+#include "backend/cuda/dispatch.h"
 #include "backend/device_arch.h"
+#include "backend/op_checks.h"
 #include "core/error.h"
 #include "core/step_profile.h"
 
 namespace ulysses {
 namespace cuda {
-
-using namespace checks;
 
 namespace {
 
@@ -245,22 +244,16 @@ size_t CudaBackend::device_memory_available() {
   return free_b;
 }
 
-void CudaBackend::zero(Tensor& t) {
-  ULY_CHECK(t.defined(), "zero: undefined tensor");
+void CudaBackend::zero_impl(Tensor& t) {
   if (t.numel() == 0) return;
   if (t.device() == Device::CUDA) CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
   else t.zero_();
 }
 
-void CudaBackend::copy(Tensor& dst, const Tensor& src) {
-  ULY_CHECK(dst.defined() && src.defined(), "copy: undefined tensor");
-  ULY_CHECK(dst.numel() == src.numel(),
-            "copy: " << dst.describe() << " <- " << src.describe() << ": the element counts differ");
+void CudaBackend::copy_impl(Tensor& dst, const Tensor& src) {
   const size_t n = static_cast<size_t>(dst.numel());
   if (n == 0) return;
   const DType dt = dst.dtype(), st = src.dtype();
-  ULY_CHECK(dt == st || (is_float(dt) && is_float(st)),
-            "copy: cannot convert " << src.describe() << " to " << dst.describe() << " (only between float types)");
   const bool dst_dev = dst.device() == Device::CUDA, src_dev = src.device() == Device::CUDA;
   if (!dst_dev && !src_dev) {
     host_convert(dst.raw(), dt, src.raw(), st, n);
@@ -310,8 +303,7 @@ double CudaBackend::read_back_scalar() {
   return v;
 }
 
-double CudaBackend::sum(const Tensor& x) {
-  ULY_CHECK(x.defined(), "sum: undefined tensor");
+double CudaBackend::sum_impl(const Tensor& x) {
   const int64_t n = x.numel();
   if (x.device() == Device::CPU) {
     double s = 0;
@@ -339,50 +331,36 @@ double CudaBackend::sum(const Tensor& x) {
   return read_back_scalar();
 }
 
-double CudaBackend::sum_squares_all(const std::vector<const Tensor*>& xs) {
+double CudaBackend::sum_squares_all_impl(const std::vector<const Tensor*>& xs) {
   CUDA_CHECK(cudaMemsetAsync(scalar_.raw(), 0, sizeof(double), stream_));
   double* acc = ptr<double>(scalar_);
   for (const Tensor* t : xs) {
-    ULY_CHECK(t != nullptr, "sum_squares: null tensor pointer");
-    need_act(*t, "sum_squares", "x");
     if (t->dtype() == DType::F32) sum_squares_accumulate(acc, ptr<const float>(*t), t->numel(), stream_);
     else sum_squares_accumulate(acc, ptr<const __nv_bfloat16>(*t), t->numel(), stream_);
   }
   return read_back_scalar();
 }
 
-double CudaBackend::sum_squares(const Tensor& x) {
-  ULY_CHECK(x.defined(), "sum_squares: undefined tensor");
+double CudaBackend::sum_squares_impl(const Tensor& x) {
   if (x.device() == Device::CPU) {
-    ULY_CHECK(is_float(x.dtype()), "sum_squares: " << x.describe() << " is not a float tensor");
     std::vector<double> v(static_cast<size_t>(x.numel()));
     convert_to_f64(v.data(), x.raw(), x.dtype(), v.size());
     double s = 0;
     for (double e : v) s += e * e;
     return s;
   }
-  return sum_squares_all({&x});
+  return sum_squares_all_impl({&x});
 }
 
 void CudaBackend::scale(Tensor& x, double alpha) {
-  need_act(x, "scale", "x");
+  OpCheck(*this, "scale").data(x, "x");
   dispatch_act(x.dtype(), "scale", [&]<class T>() { cuda::scale(ptr<T>(x), alpha, x.numel(), stream_); });
 }
 
-void CudaBackend::adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
-                             const AdamWParams& p) {
-  const char* op = "adamw_step";
-  need_device(master, op, "master");
-  need_dtype(master, DType::F32, op, "master");
-  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&m, "m"}, {&v, "v"}, {&grad, "grad"}}) {
-    need_device(*t, op, name);
-    need_dtype(*t, DType::F32, op, name);
-  }
-  need_act(weight, op, "weight");
+void CudaBackend::adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                                  const AdamWParams& p) {
   const int64_t n = master.numel();
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&m, &v, &weight, &grad})
-    ULY_CHECK(t->numel() == n, op << ": " << t->describe() << " does not match master " << master.describe());
-  dispatch_act(weight.dtype(), op, [&]<class W>() {
+  dispatch_act(weight.dtype(), "adamw_step", [&]<class W>() {
     cuda::adamw_step<W>(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<W>(weight), ptr<const float>(grad), n,
                         p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.step, p.grad_scale, stream_);
   });
@@ -395,23 +373,10 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 }
 }  // namespace
 
-void CudaBackend::matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
-                         double beta) {
-  const char* op = "matmul";
-  need_act(A, op, "A");
-  need_act(B, op, "B");
-  need_act(C, op, "C");
-  need_ndim(A, 2, op, "A");
-  need_ndim(B, 2, op, "B");
-  need_ndim(C, 2, op, "C");
-  ULY_CHECK(A.dtype() == B.dtype(), op << ": A is " << A.describe() << " but B is " << B.describe());
-  const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
-  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
-  ULY_CHECK(K == Kb, op << ": inner dimensions differ: op(A) is [" << M << ", " << K << "], op(B) is [" << Kb << ", "
-                        << N << "] (A " << shape_str(A.shape()) << (trans_a ? "^T" : "") << ", B "
-                        << shape_str(B.shape()) << (trans_b ? "^T" : "") << ")");
-  need_shape(C, {M, N}, op, "C");
-  ULY_CHECK(!overlaps(C, A) && !overlaps(C, B), op << ": C overlaps A or B in memory; use a separate output");
+void CudaBackend::matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
+                              double beta) {
+  const int64_t M = C.dim(0), N = C.dim(1), K = trans_a ? A.dim(0) : A.dim(1);
+  ULY_CHECK(!overlaps(C, A) && !overlaps(C, B), "matmul: C overlaps A or B in memory; use a separate output");
   gemm_->matmul(C.raw(), C.dtype(), A.raw(), B.raw(), A.dtype(), M, N, K, trans_a, trans_b, alpha, beta, stream_);
 }
 

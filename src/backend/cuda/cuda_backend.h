@@ -1,7 +1,8 @@
 // The CUDA backend: bf16 activations and weights, fp32 math, one owned compute
-// stream, cuBLASLt GEMMs. Ops check shapes/dtypes like the CPU backend and
-// dispatch to the kernels in this folder. The model sees only Backend; the
-// extras below (optimizer, clipping) are for CUDA-aware code and tests.
+// stream, cuBLASLt GEMMs. Backend's entries check the ops' shapes and dtypes
+// (backend/op_checks.cpp); the *_impl here dispatch to the kernels in this
+// folder. The model sees only Backend; the extras below (optimizer, clipping)
+// are for CUDA-aware code and tests.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -41,9 +42,6 @@ class CudaBackend : public Backend {
   uint64_t copy_async(Tensor& dst, const Tensor& src) override;
   void wait_transfer(uint64_t id) override;
 
-  void zero(Tensor& t) override;
-  // Stream-ordered; returns when a host destination holds the data and a host source may be reused.
-  void copy(Tensor& dst, const Tensor& src) override;
   void synchronize() override;
 
   // Profile marks are events on the compute stream (and NVTX ranges for Nsight
@@ -53,50 +51,59 @@ class CudaBackend : public Backend {
   void profile_pop() override;
   void profile_flush() override;
 
-  void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table) override;
-  void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
-  void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
-  void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& rstd) override;
-  void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override;
-  void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
-  // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
-  // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it); f32: ours.
-  void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Documents& docs, double scale) override;
-  void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
-                          const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Documents& docs, double scale) override;
   size_t attention_workspace_bytes(const AttentionShape& shape, bool backward) override;
-  void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) override;
-  void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up) override;
-  void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits, const Tensor& targets,
-                                      double grad_scale) override;
-  void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha = 1.0,
-              double beta = 0.0) override;
-  void add(Tensor& y, const Tensor& a, const Tensor& b) override;
-  void axpy(Tensor& y, const Tensor& x, double alpha) override;
-  double sum(const Tensor& x) override;
-  void copy_heads(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
-                  bool accumulate) override;
-  // x: float32/bfloat16 (device, or host); float64 accumulation.
-  double sum_squares(const Tensor& x) override;
-  // master, m, v, grad: float32 device tensors of one numel; weight: float32 or bfloat16 (may be master).
-  void adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
-                  const AdamWParams& p) override;
 
   // ---- CUDA-only extras ----
   cudaStream_t stream() const { return stream_; }
   int device_index() const override { return device_index_; }
   CublasLtGemm& gemm() { return *gemm_; }
-  // Sum over all tensors of the sum of squares of their elements (float32/bfloat16 device), one read-back.
-  double sum_squares_all(const std::vector<const Tensor*>& xs) override;
   // x *= alpha in place (float32/bfloat16 device tensor).
   void scale(Tensor& x, double alpha);
 
+ protected:
+  void zero_impl(Tensor& t) override;
+  // Stream-ordered; returns when a host destination holds the data and a host source may be reused.
+  void copy_impl(Tensor& dst, const Tensor& src) override;
+  // Host ids/targets are checked against the vocabulary and uploaded; device ones were
+  // validated when the batch was made and are not read back.
+  void embedding_forward_impl(Tensor& out, const Tensor& ids, const Tensor& table) override;
+  void embedding_backward_impl(Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
+  void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
+  void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                             const Tensor& rstd) override;
+  void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override;
+  void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
+  // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
+  // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it); f32: ours.
+  void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Documents& docs, double scale) override;
+  void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                               const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Documents& docs, double scale) override;
+  void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                            const Tensor& up) override;
+  void cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                           const Tensor& targets, double grad_scale) override;
+  // C must not overlap A or B (cuBLASLt).
+  void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
+                   double beta) override;
+  void add_impl(Tensor& y, const Tensor& a, const Tensor& b) override;
+  void axpy_impl(Tensor& y, const Tensor& x, double alpha) override;
+  // x: host (a float dtype, or int32/int64 for sum) or device (float32, bfloat16; int32 for
+  // sum); float64 accumulation.
+  double sum_impl(const Tensor& x) override;
+  double sum_squares_impl(const Tensor& x) override;
+  // All the tensors' sums of squares accumulated on the device, one read-back.
+  double sum_squares_all_impl(const std::vector<const Tensor*>& xs) override;
+  void adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
+                       const AdamWParams& p) override;
+  void copy_heads_impl(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0, int64_t n_heads,
+                       bool accumulate) override;
+
  private:
-  // A device int32 tensor with t's values: t itself when already on the device.
-  Tensor device_int32(const Tensor& t, const char* op, const char* arg);
+  // A device tensor with t's values: t itself when already on the device.
+  Tensor to_device(const Tensor& t);
   // Checks the values of an int32 tensor on the host (ids or targets) against [0, V) (and -100
   // when allow_ignored); device tensors were validated when the batch was made and are not read back.
   static void check_host_ids(const Tensor& ids, int64_t V, bool allow_ignored, const char* op, const char* what);
