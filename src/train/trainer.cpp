@@ -55,6 +55,32 @@ DType save_dtype_of(const std::string& s) {
   return s == "bfloat16" ? DType::BF16 : s == "float16" ? DType::F16 : DType::F32;
 }
 
+// Where the checkpoints' tokenizer, chat template and generation config come from: the
+// `tokenizer` key, then the model folder, then the tokenizer the training data was prepared with.
+std::vector<std::string> checkpoint_asset_dirs(const TrainConfig& c) {
+  std::vector<std::string> dirs;
+  if (!c.tokenizer.empty()) {
+    std::error_code ec;
+    const fs::path t = c.tokenizer;
+    ULY_CHECK(fs::exists(t, ec), "train: tokenizer '" << c.tokenizer << "' does not exist (give a folder holding "
+                                                      << "tokenizer.json, or leave 'tokenizer' empty)");
+    dirs.push_back(fs::is_directory(t, ec) ? t.string() : t.parent_path().string());
+  }
+  if (!c.model.empty()) dirs.push_back(c.model);
+  std::error_code ec;
+  const fs::path manifest = fs::path(c.train_data) / "manifest.json";
+  if (fs::is_regular_file(manifest, ec)) {
+    try {
+      const nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+      const std::string spec = m.at("tokenizer").at("spec").get<std::string>();
+      if (spec != "byte" && !spec.empty())
+        dirs.push_back(fs::is_directory(spec, ec) ? spec : fs::path(spec).parent_path().string());
+    } catch (const std::exception&) {  // the loader reports a bad manifest with its own message
+    }
+  }
+  return dirs;
+}
+
 // Keeps the metrics lines up to `step` (a resumed run rewrites what follows).
 void truncate_metrics(const fs::path& path, int64_t step) {
   if (!fs::exists(path)) return;
@@ -202,6 +228,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                      << " parameters, " << rows << " x " << cfg.seq_len << " tokens per step, " << cfg.steps
                      << " steps, data " << train->describe());
 
+  const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
   auto save = [&](int64_t step) {
     if (rank0) {
       TrainerState st;
@@ -209,7 +236,11 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       st.loader = train->state();
       st.mesh = {mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
       st.config = cfg.as_json;
-      const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, save_dtype_of(cfg.save_dtype));
+      CheckpointSaveOptions so;
+      so.dtype = save_dtype_of(cfg.save_dtype);
+      so.asset_dirs = asset_dirs;
+      so.keep_last = cfg.keep_last;
+      const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, so);
       ULY_INFO("checkpoint: " << dir);
     }
     world.barrier();
@@ -265,6 +296,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     if (rank0) {
       nlohmann::json m = {{"step", step},          {"loss", finite_or_null(r.loss)},   {"lr", info.lr},
                           {"grad_norm", finite_or_null(info.grad_norm)}, {"tokens", r.tokens},
+                          {"targets", r.valid_targets},
                           {"tokens_per_s", r.tokens / dt},
                           {"tflops", tflops},      {"step_time_s", dt}, {"peak_device_bytes", peak},
                           {"elapsed_s", elapsed},  {"eta_s", eta}};
