@@ -21,6 +21,7 @@ const char* kUsage =
     "  tokenize    text on stdin -> token ids (JSON) on stdout\n"
     "  train       train a model (ulysses train CONFIG.yaml; --help lists every key)\n"
     "  plot        a loss-curve PNG from a run's metrics.jsonl\n"
+    "  generate    text from a model folder or checkpoint (greedy or sampled, KV cache)\n"
     "  bench       time training steps (step time, tokens/s, TFLOPS, MFU, memory)\n"
     "  plan        the exact memory plan of a training step, per pool, without running it\n"
     "\n"
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
       code = run_prepare(argc, argv);
     } else if (command == "tokenize") {
       code = run_tokenize(argc, argv);
+    } else if (command == "generate") {
+      code = run_generate(argc, argv);
     } else if (command == "plot") {
       code = run_plot(argc, argv);
     } else if (command == "bench") {
