@@ -76,6 +76,8 @@ int run_prepare(int argc, char** argv) {
       {"text-key", true, false, "JSON Lines field holding the document (default text)"},
       {"chat-template", true, false, "chat template for \"messages\" records: a .jinja, tokenizer_config.json or "
                                      "folder (default: the tokenizer's folder)"},
+      {"chunk-bytes", true, false, "plain-text files are read and tokenized in pieces of about this size "
+                                   "(default 1M; bounds the memory)"},
       {"shard-tokens", true, false, "tokens per shard before a new one starts (default 100M)"},
       {"val-fraction", true, false, "fraction of documents held out as the val split (default 0)"},
       {"seed", true, false, "seed of the train/val choice (default 0)"},
@@ -105,6 +107,7 @@ int run_prepare(int argc, char** argv) {
   o.add_special_tokens = args.has("add-special-tokens");
   o.text_key = args.get("text-key", "text");
   o.chat_template = args.get("chat-template");
+  if (args.has("chunk-bytes")) o.chunk_bytes = static_cast<size_t>(parse_count("chunk-bytes", args.get("chunk-bytes")));
   if (args.has("shard-tokens")) o.shard_tokens = parse_count("shard-tokens", args.get("shard-tokens"));
   if (args.has("val-fraction")) {
     const std::string v = args.get("val-fraction");

@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct TextInput::Codec {
   std::vector<char> in;
   ZSTD_inBuffer zin{nullptr, 0, 0};
   bool eof = false;
+  bool frame_done = false;
   uint64_t consumed = 0;
   ~Codec() {
     if (file) std::fclose(file);
@@ -86,10 +88,15 @@ TextInput::TextInput(const std::string& path) : path_(path), codec_(std::make_un
                                  << (c.kind == Codec::Plain ? "" : " of the decompressed data")
                                  << "); prepare reads UTF-8 text and JSON Lines (plain, .gz or .zst). "
                                  << "Remove it from the inputs");
-  const size_t valid = utf8_valid_bytes(buf_.data(), n);
-  ULY_CHECK(n == 0 || valid * 2 >= n, path << ": looks binary (" << (n - valid) << " of the first " << n
-                                           << " bytes are not UTF-8); prepare reads UTF-8 text and JSON Lines "
-                                           << "(plain, .gz or .zst). Remove it from the inputs or convert it to UTF-8");
+  size_t controls = 0;  // C0 controls other than white space: rare in text, common in binary data
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(buf_[i]);
+    controls += (b < 0x20 && b != '\t' && b != '\n' && b != '\r' && b != '\f' && b != '\v' && b != 0x1b) || b == 0x7f;
+  }
+  const size_t text = utf8_valid_bytes(buf_.data(), n) - std::min(controls, utf8_valid_bytes(buf_.data(), n));
+  ULY_CHECK(n == 0 || text * 2 >= n, path << ": looks binary (" << (n - text) << " of the first " << n
+                                          << " bytes are not UTF-8 text); prepare reads UTF-8 text and JSON Lines "
+                                          << "(plain, .gz or .zst). Remove it from the inputs or convert it to UTF-8");
 }
 
 TextInput::~TextInput() = default;
@@ -127,26 +134,35 @@ bool TextInput::fill() {
     const char* msg = got < 0 ? gzerror(c.gz, &err) : "";
     ULY_CHECK(got >= 0, path_ << ": gzip data is corrupt (" << msg << ")");
     buf_.resize(old + static_cast<size_t>(got));
-    if (got == 0) c.eof = true;
+    if (got == 0) {
+      c.eof = true;
+      gzerror(c.gz, &err);
+      ULY_CHECK(err == Z_OK || err == Z_STREAM_END, path_ << ": the gzip data ends early (truncated file?)");
+    }
     return got > 0;
   }
-  // zstd: decompress until some output or the end of the file.
+  // zstd: decompress until some output or the end of the file (then flush what the decoder holds).
   for (;;) {
+    bool input_done = false;
     if (c.zin.pos == c.zin.size) {
       const size_t got = std::fread(c.in.data(), 1, c.in.size(), c.file);
       ULY_CHECK(got > 0 || !std::ferror(c.file), path_ << ": read error (" << std::strerror(errno) << ")");
       c.consumed += got;
-      if (got == 0) {
-        c.eof = true;
-        return false;
-      }
       c.zin = {c.in.data(), got, 0};
+      input_done = got == 0;
     }
     buf_.resize(old + kBlock);
     ZSTD_outBuffer out{buf_.data() + old, kBlock, 0};
     const size_t rc = ZSTD_decompressStream(c.zs, &out, &c.zin);
     ULY_CHECK(!ZSTD_isError(rc), path_ << ": zstd data is corrupt (" << ZSTD_getErrorName(rc) << ")");
     buf_.resize(old + out.pos);
+    if (input_done) {
+      if (out.pos > 0) return true;
+      c.eof = true;
+      ULY_CHECK(c.frame_done, path_ << ": the zstd data ends early (truncated file?)");
+      return false;
+    }
+    c.frame_done = rc == 0;  // a frame ended exactly here
     if (out.pos > 0) return true;
   }
 }
