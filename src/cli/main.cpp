@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "comm/launch_env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -39,6 +40,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::unique_ptr<Communicator> world;
   try {
+    if (command == "train" || command == "loss-grad" || command == "bench") {
+      const std::string foreign = foreign_launcher_message(argc, argv);
+      ULY_CHECK(foreign.empty(), foreign);
+    }
     world = make_world_communicator(&argc, &argv);
     int code = 2;
     if (command == "loss-grad") {

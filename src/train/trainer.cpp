@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <csignal>
 #include <chrono>
 #include <cmath>
@@ -29,7 +31,18 @@ namespace fs = std::filesystem;
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+// The first SIGINT/SIGTERM asks for a checkpoint at the next step boundary; a second one
+// ends the process at once (the last complete checkpoint stays the latest).
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    static const char msg[] = "\nulysses train: second signal: stopping now, without a checkpoint of this step\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(128 + sig);
+  }
+  g_stop_signal = sig;
+  static const char msg[] = "\nulysses train: signal: checkpoint and stop after this step (send it again to stop now)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+}
 
 std::string format_duration(double s) {
   char buf[32];
@@ -193,8 +206,16 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   std::unique_ptr<BatchSource> val;
   if (cfg.eval_every > 0) {
     const std::string val_path = cfg.val_data.empty() ? cfg.train_data : cfg.val_data;
-    val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
+    try {
+      val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
+    } catch (const Error& e) {
+      ULY_FAIL(e.message() << "; or train without evaluation: eval_every=0");
+    }
   }
+  if (rank0 && cfg.seq_len > mc.max_position_embeddings)
+    ULY_WARN("data.seq_len " << cfg.seq_len << " is above the model's max_position_embeddings ("
+                             << mc.max_position_embeddings << "): positions beyond it were never trained; "
+                             << "extend the RoPE (rope_scaling) in config.json for long-context training");
 
   int64_t start_step = 0;
   const fs::path metrics_path = out_dir / "metrics.jsonl";
@@ -342,7 +363,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP"))  // fault injection for the resume tests
       if (std::atoll(kill_at) == step) std::raise(SIGKILL);
     if (any_stop && !last) {
-      ULY_INFO("stopped by a signal at step " << step << "; resume with --resume true");
+      ULY_INFO("stopped by a signal at step " << step << "; resume with resume=true (a second signal stops at once)");
       exit_code = 130;
       break;
     }
