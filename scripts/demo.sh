@@ -25,8 +25,21 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 train = [r for r in rows if "loss" in r]
 evals = [r for r in rows if "eval_loss" in r]
 print(f"== loss {train[0]['loss']:.3f} at step {train[0]['step']} -> {train[-1]['loss']:.3f} at step {train[-1]['step']}")
+import collections, math, glob
+counts = collections.Counter()
+for p in glob.glob(sys.argv[1].rsplit("/", 1)[0] + "/data/val-*.tokens"):
+    import numpy as np
+    n = int(np.fromfile(p, np.uint64, 1, offset=16)[0])
+    counts.update(np.fromfile(p, np.uint32, n, offset=256).tolist())
+if counts:
+    total = sum(counts.values())
+    entropy = -sum(c / total * math.log(c / total) for c in counts.values())
+    print(f"== the val text's byte-unigram entropy: {entropy:.3f} nats (a model that learned only letter frequencies)")
 if evals:
     print("== eval loss: " + ", ".join(f"{e['eval_loss']:.3f} (step {e['step']})" for e in evals))
 PY
+CKPT="$OUT/checkpoints/$(cat $OUT/checkpoints/latest 2>/dev/null)/model"
+echo "== a sample from the trained model (120 bytes after \"The \", temperature 0.8, top-k 40):"
+"$U" generate --model "$CKPT" --prompt "The " --max-new-tokens 120 --temperature 0.8 --top-k 40 --seed 1 --ignore-eos | sed 's/^/   /' || true
 echo "== checkpoint (Hugging Face folder): $(cat $OUT/checkpoints/latest 2>/dev/null | sed "s|^|$OUT/checkpoints/|")/model"
 echo "== loss curve: $OUT/loss.png"

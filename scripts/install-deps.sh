@@ -11,6 +11,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # multi-rank runs (mpirun) and the MPI communicator
   libgtest-dev libgmock-dev   # tests
   libyaml-cpp-dev          # train configs
+  zlib1g-dev libzstd-dev zstd  # prepare reads .gz and .zst corpora (zstd: the tests compress with it)
 )
 
 missing=()

@@ -12,5 +12,6 @@ int run_train(int argc, char** argv, Communicator& world);
 int run_prepare(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_plot(int argc, char** argv);
+int run_generate(int argc, char** argv);
 
 }  // namespace ulysses

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "comm/launch_env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -21,6 +22,7 @@ const char* kUsage =
     "  tokenize    text on stdin -> token ids (JSON) on stdout\n"
     "  train       train a model (ulysses train CONFIG.yaml; --help lists every key)\n"
     "  plot        a loss-curve PNG from a run's metrics.jsonl\n"
+    "  generate    text from a model folder or checkpoint (greedy or sampled, KV cache)\n"
     "  bench       time training steps (step time, tokens/s, TFLOPS, MFU, memory)\n"
     "  plan        the exact memory plan of a training step, per pool, without running it\n"
     "\n"
@@ -38,6 +40,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::unique_ptr<Communicator> world;
   try {
+    if (command == "train" || command == "loss-grad" || command == "bench") {
+      const std::string foreign = foreign_launcher_message(argc, argv);
+      ULY_CHECK(foreign.empty(), foreign);
+    }
     world = make_world_communicator(&argc, &argv);
     int code = 2;
     if (command == "loss-grad") {
@@ -48,6 +54,8 @@ int main(int argc, char** argv) {
       code = run_prepare(argc, argv);
     } else if (command == "tokenize") {
       code = run_tokenize(argc, argv);
+    } else if (command == "generate") {
+      code = run_generate(argc, argv);
     } else if (command == "plot") {
       code = run_plot(argc, argv);
     } else if (command == "bench") {

@@ -74,6 +74,10 @@ int run_prepare(int argc, char** argv) {
       {"eos-token", true, false, "the token to append as EOS (default: the tokenizer's EOS)"},
       {"add-special-tokens", false, false, "apply the tokenizer's post-processor to each document (Llama 3: BOS)"},
       {"text-key", true, false, "JSON Lines field holding the document (default text)"},
+      {"chat-template", true, false, "chat template for \"messages\" records: a .jinja, tokenizer_config.json or "
+                                     "folder (default: the tokenizer's folder)"},
+      {"chunk-bytes", true, false, "plain-text files are read and tokenized in pieces of about this size "
+                                   "(default 1M; bounds the memory)"},
       {"shard-tokens", true, false, "tokens per shard before a new one starts (default 100M)"},
       {"val-fraction", true, false, "fraction of documents held out as the val split (default 0)"},
       {"seed", true, false, "seed of the train/val choice (default 0)"},
@@ -85,8 +89,13 @@ int run_prepare(int argc, char** argv) {
   Args args("prepare", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("prepare", specs)
-              << "\nInputs: a file is one document, except .jsonl/.ndjson files: one {\"text\": ...} "
-                 "document a line.\nFolders are read recursively in sorted order; hidden files are skipped.\n";
+              << "\nInputs: a file is one document, except .jsonl/.ndjson files: one record a line:\n"
+                 "  {\"text\": ...}                         a document (every token a target)\n"
+                 "  {\"messages\": [{\"role\", \"content\"}...]}  a chat, rendered with the chat template; only the\n"
+                 "                                         assistant turns are targets (the rest is context)\n"
+                 "  {\"prompt\": ..., \"completion\": ...}     the completion is the target\n"
+                 "Files may be gzip or zstd compressed (.gz, .zst); binary files are refused.\n"
+                 "Folders are read recursively in sorted order; hidden files are skipped.\n";
     return 0;
   }
   PrepareOptions o;
@@ -97,6 +106,8 @@ int run_prepare(int argc, char** argv) {
   o.eos_token = args.get("eos-token");
   o.add_special_tokens = args.has("add-special-tokens");
   o.text_key = args.get("text-key", "text");
+  o.chat_template = args.get("chat-template");
+  if (args.has("chunk-bytes")) o.chunk_bytes = static_cast<size_t>(parse_count("chunk-bytes", args.get("chunk-bytes")));
   if (args.has("shard-tokens")) o.shard_tokens = parse_count("shard-tokens", args.get("shard-tokens"));
   if (args.has("val-fraction")) {
     const std::string v = args.get("val-fraction");
@@ -114,7 +125,9 @@ int run_prepare(int argc, char** argv) {
   const PrepareResult r = prepare_corpus(o);
   std::cout << "prepared " << r.train.documents << " train documents (" << r.train.tokens << " tokens, "
             << r.train.files.size() << " shard" << (r.train.files.size() == 1 ? "" : "s") << ") and "
-            << r.val.documents << " val documents (" << r.val.tokens << " tokens) in " << o.out_dir << "\n";
+            << r.val.documents << " val documents (" << r.val.tokens << " tokens) in " << o.out_dir;
+  if (r.sft_documents > 0) std::cout << "; " << r.sft_documents << " SFT records (loss on the completions only)";
+  std::cout << "\n";
   if (o.val_fraction > 0 && r.val.documents == 0)
     std::cerr << "prepare: warning: --val-fraction " << o.val_fraction << " selected no document (only "
               << r.train.documents << " documents); no val shard written\n";

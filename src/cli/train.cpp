@@ -1,7 +1,11 @@
 // ulysses train [CONFIG.yaml] [key=value | --key value ...]
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "train/trainer.h"
 
 namespace ulysses {
@@ -29,7 +33,29 @@ int run_train(int argc, char** argv, Communicator& world) {
   }
   const TrainConfig config = load_train_config(config_path, overrides);
   install_stop_signal_handlers();
-  return run_training(config, world);
+  const int code = run_training(config, world);
+  // The loss curve beside metrics.jsonl, as `ulysses plot` draws it (rank 0; a failure only warns).
+  if (world.rank() == 0) {
+    const std::string metrics = config.out_dir + "/metrics.jsonl", png = config.out_dir + "/loss.png";
+    std::vector<std::string> a = {"ulysses", "plot", metrics, "-o", png, "--title", "ulysses train: " + config.out_dir};
+    std::vector<char*> argv_plot;
+    for (std::string& s : a) argv_plot.push_back(s.data());
+    try {
+      std::ostringstream quiet;
+      int rc = 1;
+      {
+        struct Restore {
+          std::streambuf* old;
+          ~Restore() { std::cout.rdbuf(old); }
+        } restore{std::cout.rdbuf(quiet.rdbuf())};
+        rc = run_plot(static_cast<int>(argv_plot.size()), argv_plot.data());
+      }
+      if (rc == 0) std::cout << "loss curve: " << png << std::endl;
+    } catch (const Error& e) {
+      std::cerr << "ulysses train: warning: no loss.png: " << e.message() << std::endl;
+    }
+  }
+  return code;
 }
 
 }  // namespace ulysses

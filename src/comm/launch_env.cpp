@@ -55,6 +55,17 @@ LaunchEnv detect_launch_env() {
   return env;
 }
 
+std::string foreign_launcher_message(int argc, char** argv) {
+  if (detect_launch_env().launched) return "";
+  const int world = env_int("WORLD_SIZE"), local = env_int("LOCAL_RANK");
+  if (world <= 1 && local <= 0) return "";
+  std::string cmd = "mpirun --allow-run-as-root -np " + std::to_string(world > 1 ? world : local + 1);
+  for (int i = 0; i < argc; ++i) cmd += std::string(" ") + argv[i];
+  return "started by torchrun or a similar launcher (" + show(world > 1 ? "WORLD_SIZE" : "LOCAL_RANK") +
+         ") without MPI: every process would run alone, all into the same output. Ulysses ranks talk "
+         "over MPI; launch with: " + cmd;
+}
+
 int node_local_rank(int world_rank) {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
     if (const char* v = std::getenv(var)) return std::atoi(v);

@@ -15,6 +15,11 @@ struct LaunchEnv {
 
 LaunchEnv detect_launch_env();
 
+// Non-empty when the process looks started by torchrun (or another launcher that sets
+// WORLD_SIZE > 1 or LOCAL_RANK > 0) without MPI: each process would run alone, all writing
+// to the same place. The text says so and gives the mpirun command line for `args`.
+std::string foreign_launcher_message(int argc, char** argv);
+
 // The rank within this node, from the launcher (OMPI_COMM_WORLD_LOCAL_RANK,
 // SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK), else `world_rank`: picks the GPU.
 int node_local_rank(int world_rank);

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "data/sft.h"
 
 namespace ulysses {
 
@@ -13,14 +12,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_jsonl(const fs::path& p) {
-  const std::string ext = p.extension().string();
+bool is_jsonl(fs::path p) {
+  std::string ext = p.extension().string();
+  if (ext == ".gz" || ext == ".zst" || ext == ".zstd") ext = p.stem().extension().string();
   return ext == ".jsonl" || ext == ".ndjson";
 }
 
 bool hidden(const fs::path& p) {
   const std::string name = p.filename().string();
   return !name.empty() && name[0] == '.';
+}
+
+bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Where to cut a piece of text [0, n) so that the next piece starts a pre-token.
+size_t cut_point(const std::string& s) {
+  const size_t n = s.size(), low = n / 2;
+  for (size_t i = n - 1; i > low; --i)
+    if (s[i - 1] == '\n' && !space(s[i])) return i;
+  for (size_t i = n - 1; i > low; --i)
+    if (s[i] == ' ' && !space(s[i - 1])) return i;
+  size_t i = n - 1;
+  while (i > low && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;  // a UTF-8 lead byte
+  return i;
 }
 
 }  // namespace
@@ -51,51 +65,72 @@ std::vector<CorpusFile> list_corpus_files(const std::vector<std::string>& inputs
   return out;
 }
 
-CorpusReader::CorpusReader(std::vector<CorpusFile> files, std::string text_key)
-    : files_(std::move(files)), key_(std::move(text_key)) {}
+CorpusReader::CorpusReader(std::vector<CorpusFile> files, std::string text_key, size_t chunk_bytes)
+    : files_(std::move(files)), key_(std::move(text_key)), chunk_(std::max<size_t>(chunk_bytes, 64)) {}
 
-bool CorpusReader::next(std::string& text, std::string& where) {
+uint64_t CorpusReader::bytes_read() const { return done_bytes_ + (in_ ? in_->file_bytes_read() : 0); }
+
+bool CorpusReader::next(CorpusDocument& doc) {
   while (file_ < files_.size()) {
     const CorpusFile& f = files_[file_];
-    if (!open_) {
-      in_ = std::ifstream(f.path, std::ios::binary);
-      ULY_CHECK(in_, f.path << ": cannot open the input file");
-      open_ = true;
+    if (!in_) {
+      in_ = std::make_unique<TextInput>(f.path);
       line_ = 0;
-      if (!f.jsonl) {
-        std::ostringstream ss;
-        ss << in_.rdbuf();
-        text = ss.str();
-        where = f.path;
-        bytes_read_ += text.size();
-        in_.close();
-        open_ = false;
-        ++file_;
-        return true;
-      }
+      first_piece_ = true;
+      carry_.clear();
     }
-    while (std::getline(in_, line_buf_)) {
+    doc.sft = false;
+    doc.record = nullptr;
+    if (!f.jsonl) {
+      std::string piece = std::move(carry_);
+      carry_.clear();
+      in_->read(piece, chunk_ > piece.size() ? chunk_ - piece.size() : 0);
+      std::string probe;
+      const bool more = in_->read(probe, 1) == 1;
+      doc.where = f.path;
+      doc.first = first_piece_;
+      first_piece_ = false;
+      if (more) {
+        piece += probe;
+        const size_t cut = cut_point(piece);
+        carry_ = piece.substr(cut);
+        piece.resize(cut);
+      }
+      doc.text = std::move(piece);
+      doc.last = !more;
+      if (!more) {
+        done_bytes_ += in_->file_bytes_read();
+        in_.reset();
+        ++file_;
+      }
+      return true;
+    }
+    doc.first = doc.last = true;
+    while (in_->getline(line_buf_)) {
       ++line_;
-      bytes_read_ += line_buf_.size() + 1;
       if (line_buf_.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       try {
-        j = nlohmann::json::parse(line_buf_);
+        j = nlohmann::ordered_json::parse(line_buf_);
       } catch (const nlohmann::json::parse_error& e) {
         ULY_FAIL(f.path << ":" << line_ << ": invalid JSON (" << e.what() << ")");
       }
+      doc.where = f.path + ":" + std::to_string(line_);
+      if (j.is_object() && !j.contains(key_) && SftEncoder::is_sft_record(j)) {
+        doc.sft = true;
+        doc.text.clear();
+        doc.record = std::move(j);
+        return true;
+      }
       ULY_CHECK(j.is_object() && j.contains(key_),
-                f.path << ":" << line_ << ": no \"" << key_ << "\" field (each JSON Lines line must be an object "
-                       << "with the document in \"" << key_ << "\")");
-      ULY_CHECK(j[key_].is_string(), f.path << ":" << line_ << ": \"" << key_ << "\" must be a string, got "
-                                            << j[key_].type_name());
-      text = j[key_].get<std::string>();
-      where = f.path + ":" + std::to_string(line_);
+                doc.where << ": no \"" << key_ << "\" field (each JSON Lines line must be an object with the document "
+                          << "in \"" << key_ << "\", or a chat in \"messages\", or \"prompt\" and \"completion\")");
+      ULY_CHECK(j[key_].is_string(), doc.where << ": \"" << key_ << "\" must be a string, got " << j[key_].type_name());
+      doc.text = j[key_].get<std::string>();
       return true;
     }
-    ULY_CHECK(in_.eof(), f.path << ": read error after line " << line_);
-    in_.close();
-    open_ = false;
+    done_bytes_ += in_->file_bytes_read();
+    in_.reset();
     ++file_;
   }
   return false;

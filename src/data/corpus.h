@@ -1,16 +1,21 @@
-// Raw text corpora for `ulysses prepare`: files, folders of them, JSON Lines.
+// Raw text corpora for `ulysses prepare`: files, folders of them, JSON Lines, each
+// plain or compressed (.gz, .zst: io/text_input.h), read as a stream.
 #pragma once
 #include <cstdint>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/text_input.h"
 
 namespace ulysses {
 
 struct CorpusFile {
   std::string path;
-  bool jsonl = false;  // .jsonl / .ndjson: one {"text": ...} document a line; otherwise the file is one document
-  uint64_t bytes = 0;
+  bool jsonl = false;  // .jsonl / .ndjson (also .jsonl.gz, .jsonl.zst): one record a line; otherwise one document
+  uint64_t bytes = 0;  // on disk (compressed, when it is)
 };
 
 // Expands the inputs in order: a file stands for itself; a folder for every file
@@ -18,24 +23,41 @@ struct CorpusFile {
 // missing input.
 std::vector<CorpusFile> list_corpus_files(const std::vector<std::string>& inputs);
 
-// Streams documents from the files in order.
+// One document, or one piece of a long plain-text document.
+struct CorpusDocument {
+  std::string text;               // the text (empty for an SFT record)
+  std::string where;              // "file" or "file:line"
+  bool sft = false;               // a JSON Lines record with messages or prompt + completion
+  nlohmann::ordered_json record;  // that record
+  bool first = true, last = true; // pieces of one plain-text document: the first, the last
+};
+
+// Streams documents from the files in order. A plain text file is one document,
+// given in pieces of about chunk_bytes, cut after a newline that a non-space follows
+// (else before a space that a non-space precedes, else at a UTF-8 character edge): places
+// where the byte-level pre-tokenizers cut anyway, so memory stays bounded whatever the
+// file's size.
 class CorpusReader {
  public:
-  explicit CorpusReader(std::vector<CorpusFile> files, std::string text_key = "text");
-  // The next document's text, and where it came from ("file" or "file:line").
-  // False at the end. A JSON Lines line that is not an object with a string
-  // `text_key` is an error naming file:line; blank lines are skipped.
-  bool next(std::string& text, std::string& where);
-  uint64_t bytes_read() const { return bytes_read_; }
+  explicit CorpusReader(std::vector<CorpusFile> files, std::string text_key = "text",
+                        size_t chunk_bytes = size_t(1) << 20);
+  // The next document or piece. False at the end. A JSON Lines line must be an object
+  // with a string `text_key`, or `messages`, or `prompt` and `completion` (an error
+  // names file:line otherwise); blank lines are skipped.
+  bool next(CorpusDocument& doc);
+  // Bytes of the input files consumed (compressed bytes for compressed files).
+  uint64_t bytes_read() const;
 
  private:
   std::vector<CorpusFile> files_;
   std::string key_;
+  size_t chunk_;
   size_t file_ = 0;
-  bool open_ = false;
-  std::ifstream in_;
+  std::unique_ptr<TextInput> in_;
+  bool first_piece_ = true;
+  std::string carry_;
   int64_t line_ = 0;
-  uint64_t bytes_read_ = 0;
+  uint64_t done_bytes_ = 0;  // of the files already finished
   std::string line_buf_;
 };
 

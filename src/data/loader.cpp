@@ -77,7 +77,8 @@ int32_t DataLoader::checked(uint32_t token, int32_t shard, int64_t offset) const
   return static_cast<int32_t>(token);
 }
 
-void DataLoader::read_stream(int64_t g, int64_t n, int64_t row_start, int32_t* ids, int32_t* positions) const {
+void DataLoader::read_stream(int64_t g, int64_t n, int64_t row_start, int32_t* ids, int32_t* positions,
+                             uint8_t* targets_ok) const {
   if (n <= 0) return;
   auto si = static_cast<int32_t>(std::upper_bound(shard_start_.begin(), shard_start_.end(), g) - shard_start_.begin() - 1);
   int64_t t = g - shard_start_[si];
@@ -93,6 +94,7 @@ void DataLoader::read_stream(int64_t g, int64_t n, int64_t row_start, int32_t* i
     const int64_t doc_start = shard_start_[si] + s.document_begin(d);
     ids[i] = checked(s.tokens()[t], si, t);
     positions[i] = static_cast<int32_t>(g + i - std::max(doc_start, row_start));
+    targets_ok[i] = s.loss_mask() == nullptr || s.loss_mask()[t] != 0;
   }
 }
 
@@ -103,8 +105,9 @@ void DataLoader::read_row(int64_t seq, int64_t begin, int64_t end, int32_t* ids,
             "data loader: read_row(" << seq << ", " << begin << ", " << end << ") out of range");
   const int64_t n = end - begin, n_read = std::min(end + 1, S) - begin;  // one more for the last target
   std::vector<int32_t> ids_buf(n_read), pos_buf(n_read);
+  std::vector<uint8_t> mask_buf(n_read, 1);
   if (options_.mode == LoaderMode::Pack) {
-    read_stream(seq * S + begin, n_read, seq * S, ids_buf.data(), pos_buf.data());
+    read_stream(seq * S + begin, n_read, seq * S, ids_buf.data(), pos_buf.data(), mask_buf.data());
   } else {
     const DocRef& ref = long_docs_[seq];
     const TokenShard& s = shards_[ref.shard];
@@ -112,12 +115,13 @@ void DataLoader::read_row(int64_t seq, int64_t begin, int64_t end, int32_t* ids,
     for (int64_t i = 0; i < n_read; ++i) {
       ids_buf[i] = checked(s.tokens()[base + begin + i], ref.shard, base + begin + i);
       pos_buf[i] = static_cast<int32_t>(begin + i);
+      mask_buf[i] = s.loss_mask() == nullptr || s.loss_mask()[base + begin + i] != 0;
     }
   }
   for (int64_t i = 0; i < n; ++i) {
     ids[i] = ids_buf[i];
     positions[i] = pos_buf[i];
-    targets[i] = (i + 1 < n_read && pos_buf[i + 1] != 0) ? ids_buf[i + 1] : kIgnoreIndex;
+    targets[i] = (i + 1 < n_read && pos_buf[i + 1] != 0 && mask_buf[i + 1]) ? ids_buf[i + 1] : kIgnoreIndex;
   }
 }
 

@@ -11,8 +11,9 @@
 //   long  only documents of at least S tokens, one sequence each: their first S
 //         tokens, positions 0..S-1.
 //
-// Targets: targets[i] = ids[i+1] when i+1 < S and positions[i+1] != 0, else -100
-// (no target across a document end, nor past the row end).
+// Targets: targets[i] = ids[i+1] when i+1 < S and positions[i+1] != 0 and token i+1's
+// loss-mask bit is set (shards with a loss mask, from SFT data), else -100 (no target
+// across a document end, nor past the row end, nor on a prompt/template token).
 //
 // Order: sequence order is shuffled per epoch by a seeded pseudo-random
 // permutation (no table is stored: a Feistel network over the sequence indices),
@@ -87,7 +88,9 @@ class DataLoader {
   };
   // Tokens [g, g+n) of the concatenated stream with positions relative to the later of
   // their document start and row_start.
-  void read_stream(int64_t g, int64_t n, int64_t row_start, int32_t* ids, int32_t* positions) const;
+  // targets_ok[i]: the token's loss-mask bit (1 where the shard has no mask).
+  void read_stream(int64_t g, int64_t n, int64_t row_start, int32_t* ids, int32_t* positions,
+                   uint8_t* targets_ok) const;
   int32_t checked(uint32_t token, int32_t shard, int64_t offset) const;
 
   LoaderOptions options_;

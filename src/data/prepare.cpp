@@ -15,6 +15,7 @@
 #include "data/corpus.h"
 #include "data/permutation.h"
 #include "io/token_shard.h"
+#include "data/sft.h"
 #include "io/tokenizer.h"
 
 namespace ulysses {
@@ -24,8 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kBatchBytes = 16u << 20;  // text tokenized in parallel at a time
-constexpr size_t kBatchDocs = 8192;
+constexpr size_t kBatchDocs = 8192;  // documents tokenized in parallel at a time (at most)
 
 // One split's shards: a new shard starts when the next document would cross the limit.
 class SplitWriter {
@@ -33,8 +33,8 @@ class SplitWriter {
   SplitWriter(std::string prefix, const PrepareOptions& o, const Tokenizer& tok)
       : prefix_(std::move(prefix)), o_(o), tok_(tok) {}
 
-  void add(const std::vector<int32_t>& ids) {
-    const auto n = static_cast<int64_t>(ids.size());
+  // A document in pieces: begin (n: the first piece's tokens, for the shard cut), append..., end.
+  void begin(int64_t n) {
     if (!writer_ || (writer_->num_tokens() > 0 && writer_->num_tokens() + n > o_.shard_tokens)) {
       finish();
       char name[64];
@@ -43,9 +43,14 @@ class SplitWriter {
       writer_ = std::make_unique<TokenShardWriter>((fs::path(o_.out_dir) / name).string(), tok_.vocab_size(),
                                                    tok_.name());
     }
-    writer_->add_document(ids);
+  }
+  void append(const std::vector<int32_t>& ids, const std::vector<uint8_t>* mask) {
+    writer_->append(ids.data(), ids.size(), mask && !mask->empty() ? mask->data() : nullptr);
+    split_.tokens += static_cast<int64_t>(ids.size());
+  }
+  void end() {
+    writer_->end_document();
     split_.documents += 1;
-    split_.tokens += n;
   }
 
   void finish() {
@@ -132,7 +137,8 @@ void write_manifest(const PrepareOptions& o, const Tokenizer& tok, const std::op
       {"shard_tokens", o.shard_tokens},
       {"inputs", inputs},
       {"bytes", r.bytes},
-      {"documents", {{"train", r.train.documents}, {"val", r.val.documents}, {"skipped_empty", r.skipped_empty}}},
+      {"documents", {{"train", r.train.documents}, {"val", r.val.documents}, {"skipped_empty", r.skipped_empty},
+                     {"sft", r.sft_documents}}},
       {"tokens", {{"train", r.train.tokens}, {"val", r.val.tokens}}},
       {"train", split_json(r.train)},
       {"val", split_json(r.val)},
@@ -169,7 +175,10 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   ULY_CHECK(!files.empty(), "prepare: the inputs hold no files");
   prepare_out_dir(o);
 
-  CorpusReader reader(files, o.text_key);
+  const std::string template_path = !o.chat_template.empty() ? o.chat_template
+                                    : o.tokenizer == "byte" || o.tokenizer.empty() ? std::string() : o.tokenizer;
+  const SftEncoder sft(*tok, template_path, eos);
+  CorpusReader reader(files, o.text_key, o.chunk_bytes);
   SplitWriter train("train", o, *tok), val("val", o, *tok);
   // On failure, leave no shard of this run behind (a later run would refuse the folder).
   struct Cleanup {
@@ -186,43 +195,55 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   Progress progress(o.progress_interval_s, total_bytes);
   PrepareResult r;
   int64_t doc_number = 0;
-  std::vector<std::string> texts, where;
-  std::vector<std::vector<int32_t>> ids;
+  std::vector<CorpusDocument> docs;
+  std::vector<SftDocument> encoded;
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  SplitWriter* open_doc = nullptr;  // the split of the plain-text document being written in pieces
   for (;;) {
-    texts.clear();
-    where.clear();
+    docs.clear();
     size_t batch_bytes = 0;
-    std::string text, w;
-    while (batch_bytes < kBatchBytes && texts.size() < kBatchDocs && reader.next(text, w)) {
-      batch_bytes += text.size();
-      texts.push_back(std::move(text));
-      where.push_back(std::move(w));
+    CorpusDocument d;
+    while (batch_bytes < o.batch_bytes && docs.size() < kBatchDocs && reader.next(d)) {
+      batch_bytes += d.text.size() + (d.sft ? 256 : 0);
+      docs.push_back(std::move(d));
+      d = CorpusDocument();
     }
-    if (texts.empty()) break;
-    ids.assign(texts.size(), {});
+    if (docs.empty()) break;
+    encoded.assign(docs.size(), {});
     std::string error;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < static_cast<int64_t>(texts.size()); ++i) {
+    for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
       try {
-        ids[i] = tok->encode(texts[i], o.add_special_tokens);
+        if (docs[i].sft) encoded[i] = sft.encode(docs[i].record, docs[i].where);
+        else encoded[i].ids = tok->encode(docs[i].text, o.add_special_tokens && docs[i].first);
       } catch (const std::exception& e) {
 #pragma omp critical(prepare_error)
-        if (error.empty()) error = where[i] + ": " + e.what();
+        if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.what();
       }
     }
     ULY_CHECK(error.empty(), "prepare: " << error);
-    for (size_t i = 0; i < texts.size(); ++i) {
-      if (texts[i].empty()) {
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const CorpusDocument& doc = docs[i];
+      SftDocument& e = encoded[i];
+      if (doc.first && doc.last && !doc.sft && doc.text.empty()) {
         ++r.skipped_empty;
         continue;
       }
-      if (eos) ids[i].push_back(*eos);
-      // A hash of (seed, document number), not a stream of random numbers: the split of a
-      // document does not depend on how the corpus was batched.
-      const uint64_t h = mix64(mix64(o.seed) ^ static_cast<uint64_t>(doc_number++));
-      const bool held_out = static_cast<double>(h >> 11) * 0x1.0p-53 < o.val_fraction;
-      (held_out ? val : train).add(ids[i]);
+      if (doc.first) {
+        // A hash of (seed, document number), not a stream of random numbers: the split of a
+        // document does not depend on how the corpus was batched.
+        const uint64_t h = mix64(mix64(o.seed) ^ static_cast<uint64_t>(doc_number++));
+        const bool held_out = static_cast<double>(h >> 11) * 0x1.0p-53 < o.val_fraction;
+        open_doc = held_out ? &val : &train;
+        open_doc->begin(static_cast<int64_t>(e.ids.size()) + (eos && doc.last && !doc.sft ? 1 : 0));
+        if (doc.sft) ++r.sft_documents;
+      }
+      if (doc.last && eos && !doc.sft) {
+        e.ids.push_back(*eos);
+        if (!e.mask.empty()) e.mask.push_back(1);
+      }
+      open_doc->append(e.ids, doc.sft ? &e.mask : nullptr);
+      if (doc.last) open_doc->end();
     }
     progress.update(reader.bytes_read(), train.split().tokens + val.split().tokens, doc_number, false);
   }

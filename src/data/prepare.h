@@ -21,6 +21,9 @@ struct PrepareOptions {
   int threads = 0;                  // 0: OpenMP's default
   bool force = false;               // replace an earlier prepare output in out_dir
   double progress_interval_s = -1;  // < 0: 0.25 s on a terminal, 5 s otherwise; 0: no progress
+  std::string chat_template;        // for `messages` records: a .jinja, tokenizer_config.json or folder (default: the tokenizer's)
+  size_t chunk_bytes = size_t(1) << 20;  // plain-text documents are read and tokenized in pieces of about this size
+  size_t batch_bytes = size_t(8) << 20;  // text tokenized in parallel at a time: with chunk_bytes, bounds the memory
 };
 
 struct PreparedSplit {
@@ -31,6 +34,7 @@ struct PreparedSplit {
 struct PrepareResult {
   PreparedSplit train, val;
   int64_t skipped_empty = 0;
+  int64_t sft_documents = 0;  // records with messages or prompt + completion (tokens with a loss mask)
   uint64_t bytes = 0;
 };
 

@@ -262,4 +262,29 @@ void save_model_folder(const std::string& dir_in, const ModelConfig& config,
   if (moved_old) fs::remove_all(old, ec);  // best effort: the new folder is already in place
 }
 
+const std::vector<std::string>& model_asset_names() {
+  static const std::vector<std::string> names = {
+      "tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+      "chat_template.jinja", "chat_template.json",    "generation_config.json"};
+  return names;
+}
+
+std::vector<std::string> copy_model_assets(const std::vector<std::string>& from_dirs, const std::string& dir) {
+  std::vector<std::string> copied;
+  for (const std::string& name : model_asset_names()) {
+    for (const std::string& from : from_dirs) {
+      std::error_code ec;
+      const fs::path src = fs::path(from) / name;
+      if (from.empty() || !fs::exists(src, ec)) continue;
+      require_regular_file(src.string(), "model asset");
+      fs::copy_file(src, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
+      ULY_CHECK(!ec, (fs::path(dir) / name).string() << ": cannot copy from " << src.string() << " ("
+                                                      << ec.message() << ")");
+      copied.push_back(name);
+      break;
+    }
+  }
+  return copied;
+}
+
 }  // namespace ulysses

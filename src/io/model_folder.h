@@ -39,4 +39,16 @@ void save_model_folder(const std::string& dir, const ModelConfig& config,
                        const std::vector<std::pair<std::string, Tensor>>& tensors, DType dtype,
                        size_t shard_bytes = size_t(5) << 30);
 
+// The files beside config.json and the weights that make a folder whole for
+// transformers (AutoTokenizer, generate, apply_chat_template): the tokenizer
+// (tokenizer.json, tokenizer_config.json with its chat template,
+// special_tokens_map.json, a SentencePiece tokenizer.model), chat_template.jinja /
+// chat_template.json and generation_config.json.
+const std::vector<std::string>& model_asset_names();
+
+// Copies each asset found in the first of `from_dirs` that has it into `dir`
+// (an existing folder); folders that do not exist are skipped, a non-regular file
+// is an error naming it. Returns the names copied.
+std::vector<std::string> copy_model_assets(const std::vector<std::string>& from_dirs, const std::string& dir);
+
 }  // namespace ulysses

@@ -62,8 +62,20 @@ TokenShardWriter::~TokenShardWriter() {
   }
 }
 
-void TokenShardWriter::add_document(const int32_t* ids, size_t n) {
+void TokenShardWriter::add_document(const int32_t* ids, size_t n, const uint8_t* mask) {
+  append(ids, n, mask);
+  end_document();
+}
+
+void TokenShardWriter::end_document() { offsets_.push_back(written_); }
+
+void TokenShardWriter::append(const int32_t* ids, size_t n, const uint8_t* mask) {
   ULY_CHECK(file_ != nullptr, path_ << ": add_document after finish()");
+  if (mask != nullptr || !mask_.empty()) {
+    mask_.resize(written_, 1);  // tokens before the first masked document are all targets
+    for (size_t i = 0; i < n; ++i) mask_.push_back(mask == nullptr || mask[i] != 0 ? 1 : 0);
+  }
+  written_ += n;
   for (size_t i = 0; i < n; ++i) {
     ULY_CHECK(ids[i] >= 0 && ids[i] < vocab_size_,
               path_ << ": token " << ids[i] << " is outside the vocabulary [0, " << vocab_size_ << ")");
@@ -73,7 +85,6 @@ void TokenShardWriter::add_document(const int32_t* ids, size_t n) {
       buffer_.clear();
     }
   }
-  offsets_.push_back(offsets_.back() + n);
 }
 
 void TokenShardWriter::finish() {
@@ -84,11 +95,15 @@ void TokenShardWriter::finish() {
   const uint64_t index_offset = align8(kTokenShardHeaderBytes + 4 * n);
   const char pad[8] = {};
   write_all(file_, pad, index_offset - (kTokenShardHeaderBytes + 4 * n), tmp_path_);
+  ULY_CHECK(offsets_.back() == written_, path_ << ": finish() inside a document (end_document() not called)");
   write_all(file_, offsets_.data(), offsets_.size() * 8, tmp_path_);
+  const bool masked = !mask_.empty();
+  if (masked) write_all(file_, mask_.data(), mask_.size(), tmp_path_);  // index_offset + 8(D+1) is 8-aligned
 
   Header h{};
   std::memcpy(h.magic, kTokenShardMagic, 8);
-  h.version = kTokenShardVersion;
+  h.version = masked ? kTokenShardMaskedVersion : kTokenShardVersion;
+  h.reserved = masked ? kTokenShardFlagLossMask : 0;
   h.dtype = kDtypeU32;
   h.num_tokens = n;
   h.num_documents = offsets_.size() - 1;
@@ -142,9 +157,12 @@ TokenShard TokenShard::open(const std::string& path, bool check_tokens) {
   ULY_CHECK(std::memcmp(h.magic, kTokenShardMagic, 8) == 0,
             path << ": not a token shard (magic '" << std::string(h.magic, strnlen(h.magic, 8))
                  << "', expected 'ULYTOKS1'); an unfinished write leaves zeros here");
-  ULY_CHECK(h.version == kTokenShardVersion, path << ": token shard version " << h.version
-                                                  << " is not supported (this build reads version " << kTokenShardVersion
-                                                  << "); re-run 'ulysses prepare'");
+  ULY_CHECK(h.version == kTokenShardVersion || h.version == kTokenShardMaskedVersion,
+            path << ": token shard version " << h.version << " is not supported (this build reads versions "
+                 << kTokenShardVersion << " and " << kTokenShardMaskedVersion << "); re-run 'ulysses prepare'");
+  const bool masked = h.version == kTokenShardMaskedVersion && (h.reserved & kTokenShardFlagLossMask) != 0;
+  ULY_CHECK(h.version == kTokenShardMaskedVersion ? h.reserved == kTokenShardFlagLossMask : h.reserved == 0,
+            path << ": header flags " << h.reserved << " are not valid for version " << h.version << ": corrupt header");
   ULY_CHECK(h.dtype == kDtypeU32, path << ": token dtype code " << h.dtype << " is not supported (1 = uint32)");
   ULY_CHECK(h.name_length <= kTokenShardMaxNameBytes, path << ": tokenizer name length " << h.name_length << " > "
                                                            << kTokenShardMaxNameBytes << ": corrupt header");
@@ -155,7 +173,7 @@ TokenShard TokenShard::open(const std::string& path, bool check_tokens) {
                 h.index_offset == align8(kTokenShardHeaderBytes + 4 * h.num_tokens),
             path << ": header offsets (" << h.tokens_offset << ", " << h.index_offset << ") do not match "
                  << h.num_tokens << " tokens: corrupt header");
-  const uint64_t expected = h.index_offset + 8 * (h.num_documents + 1);
+  const uint64_t expected = h.index_offset + 8 * (h.num_documents + 1) + (masked ? h.num_tokens : 0);
   ULY_CHECK(map->size == expected, path << ": file is " << map->size << " bytes but the header (" << h.num_tokens
                                         << " tokens, " << h.num_documents << " documents) needs " << expected
                                         << (map->size < expected ? ": the file is truncated" : ": trailing bytes"));
@@ -172,6 +190,7 @@ TokenShard TokenShard::open(const std::string& path, bool check_tokens) {
   const auto* base = static_cast<const uint8_t*>(map->addr);
   s.tokens_ = reinterpret_cast<const uint32_t*>(base + h.tokens_offset);
   s.offsets_ = reinterpret_cast<const uint64_t*>(base + h.index_offset);
+  if (masked) s.mask_ = base + h.index_offset + 8 * (h.num_documents + 1);
 
   ULY_CHECK(s.offsets_[0] == 0 && s.offsets_[h.num_documents] == h.num_tokens,
             path << ": document index must run from 0 to " << h.num_tokens << " but runs from " << s.offsets_[0]
@@ -179,6 +198,11 @@ TokenShard TokenShard::open(const std::string& path, bool check_tokens) {
   for (uint64_t d = 0; d < h.num_documents; ++d)
     ULY_CHECK(s.offsets_[d] <= s.offsets_[d + 1],
               path << ": document index decreases at document " << d << ": corrupt file");
+  if (check_tokens && masked) {
+    const uint8_t* bad = std::find_if(s.mask_, s.mask_ + h.num_tokens, [](uint8_t m) { return m > 1; });
+    ULY_CHECK(bad == s.mask_ + h.num_tokens, path << ": loss mask value " << int(*bad) << " at offset "
+                                                  << (bad - s.mask_) << " is not 0 or 1: corrupt file");
+  }
   if (check_tokens) {
     const uint32_t* bad = std::find_if(s.tokens_, s.tokens_ + h.num_tokens,
                                        [&](uint32_t t) { return t >= h.vocab_size; });

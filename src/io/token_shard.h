@@ -2,7 +2,7 @@
 // and read (memory-mapped) by the data loader. Layout (little-endian):
 //
 //   0    char[8]   magic "ULYTOKS1"
-//   8    u32       version (1)
+//   8    u32       version (1; 2 when the shard carries a loss mask)
 //   12   u32       token dtype (1 = uint32)
 //   16   u64       number of tokens N
 //   24   u64       number of documents D
@@ -10,10 +10,13 @@
 //   40   u64       offset of the tokens (256)
 //   48   u64       offset of the document index (256 + 4N, rounded up to 8)
 //   56   u32       length of the tokenizer name (at most 192)
-//   60   u32       reserved, 0
+//   60   u32       flags: bit 0 = a loss mask follows the index (version 2); 0 in version 1
 //   64   char[192] tokenizer name (Tokenizer::name()), zero-padded
 //   256  u32[N]    tokens
 //   ...  u64[D+1]  document start offsets into the tokens; the last one is N
+//   ...  u8[N]     (version 2, flag bit 0) loss mask: 1 = the token is a training target
+//                  (predicting it counts in the loss), 0 = context only (prompts, templates);
+//                  starts 8-aligned after the index. Shards without masks stay version 1.
 //
 // docs/data.md describes the format for other readers.
 #pragma once
@@ -26,7 +29,9 @@
 namespace ulysses {
 
 constexpr char kTokenShardMagic[9] = "ULYTOKS1";
-constexpr uint32_t kTokenShardVersion = 1;
+constexpr uint32_t kTokenShardVersion = 1;        // without a loss mask
+constexpr uint32_t kTokenShardMaskedVersion = 2;  // with one
+constexpr uint32_t kTokenShardFlagLossMask = 1;
 constexpr size_t kTokenShardHeaderBytes = 256;
 constexpr size_t kTokenShardMaxNameBytes = 192;
 
@@ -41,11 +46,16 @@ class TokenShardWriter {
   TokenShardWriter& operator=(const TokenShardWriter&) = delete;
 
   // ids: [n], each in [0, vocab_size). An empty document is recorded too.
-  void add_document(const int32_t* ids, size_t n);
+  // mask: [n] or null (every token a target); any mask makes the shard version 2
+  // (the mask is kept in memory until finish(): one byte per token of the shard).
+  void add_document(const int32_t* ids, size_t n, const uint8_t* mask = nullptr);
   void add_document(const std::vector<int32_t>& ids) { add_document(ids.data(), ids.size()); }
+  // A document given in pieces (streaming): append() any number of times, then end_document().
+  void append(const int32_t* ids, size_t n, const uint8_t* mask = nullptr);
+  void end_document();
   void finish();
 
-  int64_t num_tokens() const { return static_cast<int64_t>(offsets_.back()); }
+  int64_t num_tokens() const { return static_cast<int64_t>(written_); }
   int64_t num_documents() const { return static_cast<int64_t>(offsets_.size()) - 1; }
   const std::string& path() const { return path_; }
 
@@ -55,6 +65,8 @@ class TokenShardWriter {
   std::FILE* file_ = nullptr;
   std::vector<uint64_t> offsets_{0};
   std::vector<uint32_t> buffer_;
+  std::vector<uint8_t> mask_;  // empty until a masked document arrives
+  uint64_t written_ = 0;       // tokens appended so far (the open document included)
 };
 
 // A read-only, memory-mapped shard; copies share the mapping.
@@ -73,6 +85,8 @@ class TokenShard {
 
   const uint32_t* tokens() const { return tokens_; }            // [num_tokens]
   const uint64_t* document_offsets() const { return offsets_; }  // [num_documents + 1]
+  // [num_tokens] loss mask (1 = a target), or null when the shard has none (all targets).
+  const uint8_t* loss_mask() const { return mask_; }
   int64_t document_begin(int64_t d) const { return static_cast<int64_t>(offsets_[d]); }
   int64_t document_end(int64_t d) const { return static_cast<int64_t>(offsets_[d + 1]); }
   // The document holding token t (for an empty document's offset, the next non-empty one).
@@ -85,6 +99,7 @@ class TokenShard {
   int64_t num_tokens_ = 0, num_documents_ = 0, vocab_size_ = 0;
   const uint32_t* tokens_ = nullptr;
   const uint64_t* offsets_ = nullptr;
+  const uint8_t* mask_ = nullptr;
 };
 
 }  // namespace ulysses

@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -37,7 +38,7 @@ std::string step_name(int64_t step) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config, const AdamW& optimizer,
-                            const TrainerState& state, DType save_dtype) {
+                            const TrainerState& state, const CheckpointSaveOptions& options) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   fs::create_directories(root);
   const fs::path final_dir = root / step_name(state.step);
@@ -46,7 +47,8 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
   fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
-    save_model_folder((tmp / "model").string(), model_config, optimizer.master_weights(), save_dtype);
+    save_model_folder((tmp / "model").string(), model_config, optimizer.master_weights(), options.dtype);
+    copy_model_assets(options.asset_dirs, (tmp / "model").string());
     write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state(),
                       {{"steps_taken", std::to_string(optimizer.steps_taken())}});
     nlohmann::json j;
@@ -71,7 +73,29 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
                                   << "; the previous checkpoint is untouched");
   }
   write_text_atomic(root / "latest", step_name(state.step) + "\n");
+  if (options.keep_last > 0) rotate_checkpoints(out_dir, options.keep_last);
   return final_dir.string();
+}
+
+std::vector<std::string> rotate_checkpoints(const std::string& out_dir, int64_t keep_last) {
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  std::vector<std::string> steps, removed;
+  std::error_code ec;
+  if (keep_last <= 0 || !fs::is_directory(root, ec)) return removed;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0 && e.is_directory()) steps.push_back(n);
+  }
+  std::sort(steps.begin(), steps.end());  // zero-padded: name order is step order
+  std::string latest;
+  std::ifstream(root / "latest") >> latest;
+  const auto keep_from = static_cast<int64_t>(steps.size()) - keep_last;
+  for (int64_t i = 0; i < keep_from; ++i) {
+    if (steps[i] == latest || i + 1 == static_cast<int64_t>(steps.size())) continue;
+    fs::remove_all(root / steps[i], ec);
+    if (!ec) removed.push_back(steps[i]);
+  }
+  return removed;
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& out_dir) {

@@ -1,5 +1,6 @@
 // Training checkpoints: OUT/checkpoints/step-NNNNNNN/ holding
-//   model/                 a Hugging Face folder (loads in transformers as it is)
+//   model/                 a Hugging Face folder (loads in transformers as it is: weights in save_dtype,
+//                          tokenizer, chat template and generation config copied from the source)
 //   optimizer.safetensors  fp32 master weights and AdamW moments
 //   trainer_state.json     step, data-loader state, mesh, the effective config
 //   COMPLETE               written last: a folder without it is ignored
@@ -9,6 +10,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,9 +30,19 @@ struct TrainerState {
   nlohmann::json config;
 };
 
+struct CheckpointSaveOptions {
+  DType dtype = DType::BF16;            // of model/'s weights (the fp32 masters are in optimizer.safetensors)
+  std::vector<std::string> asset_dirs;  // tokenizer, chat template, generation config copied into model/ from these
+  int64_t keep_last = 0;                // > 0: remove older step-* folders beyond the newest N
+};
+
 // Rank 0 writes; returns the checkpoint folder.
 std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config, const AdamW& optimizer,
-                            const TrainerState& state, DType save_dtype);
+                            const TrainerState& state, const CheckpointSaveOptions& options);
+
+// Removes complete and incomplete step-* folders of out_dir beyond the newest `keep_last`
+// (by step number), never the one `latest` names nor the newest. Returns the names removed.
+std::vector<std::string> rotate_checkpoints(const std::string& out_dir, int64_t keep_last);
 
 // The newest complete checkpoint under out_dir, if any.
 std::optional<std::string> latest_checkpoint(const std::string& out_dir);

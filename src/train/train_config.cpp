@@ -44,7 +44,10 @@ log_every: 1
 out_dir: runs/train     # metrics.jsonl, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
 overwrite: false        # a fresh run may write into an out_dir that holds another run's results
-save_dtype: float32     # dtype of the saved Hugging Face weights
+save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat16, float16 or float32); masters stay fp32
+keep_last: 0            # > 0: keep only the newest N checkpoints (never removing the one 'latest' names)
+tokenizer: ""           # folder whose tokenizer/chat-template files go into every checkpoint's model/;
+                        # default: the model folder's, else the tokenizer data.train was prepared with
 sp: 0                   # sequence-parallel degree; 0 = all ranks
 backend: cpu            # cpu or cuda
 dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
@@ -211,6 +214,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.resume = cfg["resume"];
   c.overwrite = cfg["overwrite"];
   c.save_dtype = cfg["save_dtype"];
+  c.keep_last = cfg["keep_last"];
+  c.tokenizer = cfg["tokenizer"];
   c.sp = cfg["sp"];
   c.backend = cfg["backend"];
   c.dtype = cfg["dtype"];
@@ -238,6 +243,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   ULY_CHECK(c.lr >= 0 && c.min_lr >= 0 && c.warmup_steps >= 0, src << ": learning rates and warmup must be >= 0");
   ULY_CHECK(c.save_dtype == "float32" || c.save_dtype == "bfloat16" || c.save_dtype == "float16",
             src << ": 'save_dtype' must be float32, bfloat16 or float16, got '" << c.save_dtype << "'");
+  ULY_CHECK(c.keep_last >= 0, src << ": 'keep_last' must be >= 0 (0 keeps every checkpoint), got " << c.keep_last);
   ULY_CHECK(c.memory.mlp_tiles >= 0, src << ": 'memory.tiled_mlp' must be >= 0");
   ULY_CHECK(c.memory.offload_layers >= -1, src << ": 'memory.offload_checkpoints' must be >= -1");
   ULY_CHECK(c.memory.checkpoint_every >= 1, src << ": 'memory.checkpoint_every' must be >= 1, got "

@@ -44,7 +44,9 @@ struct TrainConfig {
   std::string out_dir = "runs/train";
   bool resume = false;
   bool overwrite = false;  // a fresh run may write over another run's results in out_dir
-  std::string save_dtype = "float32";  // float32 | bfloat16 | float16
+  std::string save_dtype = "bfloat16";  // float32 | bfloat16 | float16
+  int64_t keep_last = 0;                // > 0: only the newest N checkpoints are kept
+  std::string tokenizer;                // folder of tokenizer files for the checkpoints (default: model's or data's)
 
   int sp = 0;  // 0 = all ranks in one sequence-parallel group
   std::string backend = "cpu";

@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <csignal>
 #include <chrono>
 #include <cmath>
@@ -29,7 +31,18 @@ namespace fs = std::filesystem;
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+// The first SIGINT/SIGTERM asks for a checkpoint at the next step boundary; a second one
+// ends the process at once (the last complete checkpoint stays the latest).
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    static const char msg[] = "\nulysses train: second signal: stopping now, without a checkpoint of this step\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(128 + sig);
+  }
+  g_stop_signal = sig;
+  static const char msg[] = "\nulysses train: signal: checkpoint and stop after this step (send it again to stop now)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+}
 
 std::string format_duration(double s) {
   char buf[32];
@@ -53,6 +66,32 @@ ModelConfig model_config_for(const TrainConfig& c) {
 
 DType save_dtype_of(const std::string& s) {
   return s == "bfloat16" ? DType::BF16 : s == "float16" ? DType::F16 : DType::F32;
+}
+
+// Where the checkpoints' tokenizer, chat template and generation config come from: the
+// `tokenizer` key, then the model folder, then the tokenizer the training data was prepared with.
+std::vector<std::string> checkpoint_asset_dirs(const TrainConfig& c) {
+  std::vector<std::string> dirs;
+  if (!c.tokenizer.empty()) {
+    std::error_code ec;
+    const fs::path t = c.tokenizer;
+    ULY_CHECK(fs::exists(t, ec), "train: tokenizer '" << c.tokenizer << "' does not exist (give a folder holding "
+                                                      << "tokenizer.json, or leave 'tokenizer' empty)");
+    dirs.push_back(fs::is_directory(t, ec) ? t.string() : t.parent_path().string());
+  }
+  if (!c.model.empty()) dirs.push_back(c.model);
+  std::error_code ec;
+  const fs::path manifest = fs::path(c.train_data) / "manifest.json";
+  if (fs::is_regular_file(manifest, ec)) {
+    try {
+      const nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+      const std::string spec = m.at("tokenizer").at("spec").get<std::string>();
+      if (spec != "byte" && !spec.empty())
+        dirs.push_back(fs::is_directory(spec, ec) ? spec : fs::path(spec).parent_path().string());
+    } catch (const std::exception&) {  // the loader reports a bad manifest with its own message
+    }
+  }
+  return dirs;
 }
 
 // Keeps the metrics lines up to `step` (a resumed run rewrites what follows).
@@ -167,8 +206,16 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   std::unique_ptr<BatchSource> val;
   if (cfg.eval_every > 0) {
     const std::string val_path = cfg.val_data.empty() ? cfg.train_data : cfg.val_data;
-    val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
+    try {
+      val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
+    } catch (const Error& e) {
+      ULY_FAIL(e.message() << "; or train without evaluation: eval_every=0");
+    }
   }
+  if (rank0 && cfg.seq_len > mc.max_position_embeddings)
+    ULY_WARN("data.seq_len " << cfg.seq_len << " is above the model's max_position_embeddings ("
+                             << mc.max_position_embeddings << "): positions beyond it were never trained; "
+                             << "extend the RoPE (rope_scaling) in config.json for long-context training");
 
   int64_t start_step = 0;
   const fs::path metrics_path = out_dir / "metrics.jsonl";
@@ -202,6 +249,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                      << " parameters, " << rows << " x " << cfg.seq_len << " tokens per step, " << cfg.steps
                      << " steps, data " << train->describe());
 
+  const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
   auto save = [&](int64_t step) {
     if (rank0) {
       TrainerState st;
@@ -209,7 +257,11 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       st.loader = train->state();
       st.mesh = {mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
       st.config = cfg.as_json;
-      const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, save_dtype_of(cfg.save_dtype));
+      CheckpointSaveOptions so;
+      so.dtype = save_dtype_of(cfg.save_dtype);
+      so.asset_dirs = asset_dirs;
+      so.keep_last = cfg.keep_last;
+      const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, so);
       ULY_INFO("checkpoint: " << dir);
     }
     world.barrier();
@@ -265,6 +317,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     if (rank0) {
       nlohmann::json m = {{"step", step},          {"loss", finite_or_null(r.loss)},   {"lr", info.lr},
                           {"grad_norm", finite_or_null(info.grad_norm)}, {"tokens", r.tokens},
+                          {"targets", r.valid_targets},
                           {"tokens_per_s", r.tokens / dt},
                           {"tflops", tflops},      {"step_time_s", dt}, {"peak_device_bytes", peak},
                           {"elapsed_s", elapsed},  {"eta_s", eta}};
@@ -310,7 +363,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP"))  // fault injection for the resume tests
       if (std::atoll(kill_at) == step) std::raise(SIGKILL);
     if (any_stop && !last) {
-      ULY_INFO("stopped by a signal at step " << step << "; resume with --resume true");
+      ULY_INFO("stopped by a signal at step " << step << "; resume with resume=true (a second signal stops at once)");
       exit_code = 130;
       break;
     }

@@ -36,3 +36,15 @@ finish() {
   echo "$PASSES passed, $FAILS failed"
   [ $FAILS -eq 0 ]
 }
+
+# skip_unless_python MODULE...: exit 77 (ctest: skipped) with a visible reason when a
+# Python module the test needs is missing.
+skip_unless_python() {
+  local m
+  for m in "$@"; do
+    if ! python3 -c "import $m" > /dev/null 2>&1; then
+      echo "SKIP: the Python package '$m' is not installed (pip install $*); nothing was checked"
+      exit 77
+    fi
+  done
+}

@@ -1,0 +1,55 @@
+// Chat templates: the Jinja subset that Hugging Face models' `chat_template`
+// (tokenizer_config.json or chat_template.jinja) are written in, rendered as
+// transformers' apply_chat_template renders them (trim_blocks, lstrip_blocks,
+// loop controls, tojson as json.dumps, raise_exception, strftime_now).
+//
+// Supported: text, {{ expr }}, {# comments #}, whitespace control (-), and the
+// tags if/elif/else, for (one or two targets, `if` filter, else, loop.index,
+// index0, first, last, length, revindex), break, continue, set (name or
+// namespace attribute), generation (rendered as its body). Expressions: literals
+// (strings, numbers, true/false/none, lists, dicts), names, attributes,
+// subscripts and slices, calls (namespace, raise_exception, range,
+// strftime_now; string, dict and list methods), filters (trim, length, count,
+// tojson, upper, lower, capitalize, title, first, last, join, default, string,
+// int, list, items, replace, reverse, safe), tests (defined, undefined, none,
+// string, number, integer, boolean, mapping, sequence, iterable, true, false,
+// even, odd, equalto), not/and/or, comparisons, in / not in, + - * / // % ~,
+// and `a if c else b`. Anything else is refused at parse time with the origin
+// and the construct named.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ulysses {
+
+class ChatTemplate {
+ public:
+  // origin names the template in errors (e.g. "DIR/tokenizer_config.json: chat_template").
+  ChatTemplate(const std::string& source, std::string origin);
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  // context: the template's variables, e.g. {"messages": [...], "add_generation_prompt": false,
+  // "bos_token": "<s>", "eos_token": "</s>"}. raise_exception in the template throws an
+  // Error carrying its message.
+  std::string render(const nlohmann::ordered_json& context) const;
+  const std::string& origin() const { return origin_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string origin_;
+};
+
+// The chat template of a model or tokenizer folder (or of the folder of a tokenizer.json
+// path): chat_template.jinja, else tokenizer_config.json's "chat_template" (a string, or a
+// list of {"name", "template"} whose "default" entry is taken). nullopt when there is none.
+// *origin is set to where it came from.
+std::optional<std::string> find_chat_template(const std::string& path, std::string* origin = nullptr);
+
+// bos_token / eos_token of tokenizer_config.json beside `path` as strings ("" when absent).
+nlohmann::ordered_json chat_special_tokens(const std::string& path);
+
+}  // namespace ulysses
