@@ -54,13 +54,18 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
   ckpt.checkpoint = keep.checkpoint = offload.checkpoint = true;
   keep.keep_attention = true;
   offload.offload_layers = -1;
-  StepOptions two_level = offload;  // one host checkpoint per 4 layers: a quarter of the host memory
-  two_level.checkpoint_every = 4;
-  std::vector<StepOptions> ladder = {req.options, tiled, keep, ckpt, offload, two_level};
+  std::vector<StepOptions> ladder = {req.options, tiled, keep, ckpt, offload};
+  // Two-level: a checkpoint per segment (on the device or the host), K - 1 layer inputs on the device.
+  for (const StepOptions& base : {ckpt, offload})
+    for (int64_t every : {2, 3, 4}) {
+      StepOptions two_level = base;
+      two_level.checkpoint_every = every;
+      ladder.push_back(two_level);
+    }
   std::cout << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
             << format_bytes(host_budget) << "\n";
-  std::printf("  %-62s %14s\n", "options", "max tokens");
+  std::printf("  %-72s %14s\n", "options", "max tokens");
   PlanRequest search = req;
   search.runtime = nullptr;
   int64_t best = 0;
@@ -69,7 +74,7 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
     if (i > 0 && options_text(ladder[i]) == options_text(req.options)) continue;
     search.options = ladder[i];
     const int64_t n = max_sequence(search, device_budget, host_budget);
-    std::printf("  %-62s %14lld%s\n", (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(),
+    std::printf("  %-72s %14lld%s\n", (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(),
                 static_cast<long long>(n), n == 0 ? "  (not even 1024 tokens)" : "");
     if (n > best) best = n, best_options = ladder[i];
   }
