@@ -26,6 +26,7 @@ struct TrainerState {
   nlohmann::json loader;
   CheckpointMesh mesh;
   nlohmann::json config;
+  nlohmann::json fingerprint;  // train/fingerprint.h: what a resume must not change (null in older checkpoints)
 };
 
 // Rank 0 writes; returns the checkpoint folder.

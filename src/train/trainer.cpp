@@ -13,10 +13,12 @@
 
 #include "comm/launch_env.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 #include "io/model_folder.h"
 #include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
+#include "train/fingerprint.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
@@ -67,7 +69,7 @@ void truncate_metrics(const fs::path& path, int64_t step) {
     }
   }
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept.str();
+  write_file_atomic(path.string(), kept.str());
 }
 
 // JSON has no NaN or infinity: such values are written as null.
@@ -170,6 +172,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
   }
 
+  const CheckpointMesh this_mesh{mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
+  const nlohmann::json fingerprint = run_fingerprint(cfg, mc, this_mesh, {{"train", train->fingerprint()}});
   int64_t start_step = 0;
   const fs::path metrics_path = out_dir / "metrics.jsonl";
   if (cfg.resume) {
@@ -181,6 +185,11 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
               *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << "); this run has "
                     << mesh.world_size() << " ranks (sp " << mesh.sp_size()
                     << "): resume on the same mesh (resharding is not supported yet)");
+    if (st.fingerprint.is_null())
+      ULY_WARN(*ckpt << " records no fingerprint (written by an older version): the model, data and settings "
+                        "cannot be checked against it");
+    else
+      check_resume_fingerprint(st.fingerprint, fingerprint, *ckpt);
     optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
     train->restore(st.loader);
     start_step = st.step;
@@ -189,9 +198,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       ULY_INFO("resumed from " << *ckpt << " at step " << start_step);
     }
   } else if (rank0) {
-    std::ofstream(metrics_path, std::ios::trunc);
+    write_file_atomic(metrics_path.string(), "");
   }
-  if (rank0) std::ofstream(out_dir / "config.json", std::ios::trunc) << cfg.as_json.dump(2) << "\n";
+  if (rank0) write_file_atomic((out_dir / "config.json").string(), cfg.as_json.dump(2) + "\n");
 
   LlamaModel model(weights, *backend, mesh.sp(), cfg.memory);
   const int64_t rows = cfg.batch_size * cfg.grad_accum;
@@ -202,21 +211,23 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                      << " parameters, " << rows << " x " << cfg.seq_len << " tokens per step, " << cfg.steps
                      << " steps, data " << train->describe());
 
+  std::unique_ptr<AppendFile> metrics;
+  if (rank0) metrics = std::make_unique<AppendFile>(metrics_path.string());
   auto save = [&](int64_t step) {
     if (rank0) {
+      metrics->sync();  // the metrics up to a checkpoint are on disk before it is
       TrainerState st;
       st.step = step;
       st.loader = train->state();
-      st.mesh = {mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
+      st.mesh = this_mesh;
       st.config = cfg.as_json;
+      st.fingerprint = fingerprint;
       const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, save_dtype_of(cfg.save_dtype));
       ULY_INFO("checkpoint: " << dir);
     }
     world.barrier();
   };
 
-  std::ofstream metrics;
-  if (rank0) metrics.open(metrics_path, std::ios::app);
   const auto t_start = std::chrono::steady_clock::now();
   double tokens_seen = 0;
   int exit_code = 0;
@@ -270,8 +281,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                           {"elapsed_s", elapsed},  {"eta_s", eta}};
       if (on_gpu) m["mfu"] = mfu;
       if (!info.applied) m["skipped_nonfinite"] = true;
-      metrics << m.dump() << "\n";
-      metrics.flush();
+      metrics->append(m.dump() + "\n");
       if (step % cfg.log_every == 0 || step == cfg.steps) {
         char mfu_text[16] = "-";
         if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
@@ -297,8 +307,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       }
       const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
       if (rank0) {
-        metrics << nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() << "\n";
-        metrics.flush();
+        metrics->append(nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() + "\n");
         std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
       }
     }
