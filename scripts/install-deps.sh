@@ -11,6 +11,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # multi-rank runs (mpirun) and the MPI communicator
   libgtest-dev libgmock-dev   # tests
   libyaml-cpp-dev          # train configs
+  clang                    # the fuzz targets (libFuzzer, ASan, UBSan come with it): make fuzz, make test
 )
 
 missing=()
