@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 build=${2:-build-fuzz}
+case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 jobs=${JOBS:-$(nproc)}
 
 if ! command -v clang++ > /dev/null 2>&1; then
@@ -22,6 +23,9 @@ cmake --build "$build" -j "$jobs" > "$build/build.log" 2>&1 \
   || { tail -30 "$build/build.log" >&2; echo "fuzz: error: building the fuzz targets failed" >&2; exit 1; }
 
 mkdir -p "$build/findings"
+# The targets write each input to a file under $TMPDIR (tests/fuzz/fuzz_input.h): keep those in the build folder.
+export TMPDIR=$build/tmp
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0

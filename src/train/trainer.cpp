@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/model_folder.h"
+#include "io/regular_file.h"
 #include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
@@ -60,6 +61,7 @@ DType save_dtype_of(const std::string& s) {
 // Keeps the metrics lines up to `step` (a resumed run rewrites what follows).
 void truncate_metrics(const fs::path& path, int64_t step) {
   if (!fs::exists(path)) return;
+  require_regular_file(path.string(), "metrics log");  // a FIFO here would block the read forever
   std::ifstream in(path);
   std::ostringstream kept;
   for (std::string line; std::getline(in, line);) {

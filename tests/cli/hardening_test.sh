@@ -113,6 +113,10 @@ echo "../../run/checkpoints/step-0000004" > run_escape/checkpoints/latest
 expect_error "checkpoints/latest pointing outside" "run_escape/checkpoints/latest: the latest checkpoint names '../../run/checkpoints/step-0000004', which is not a file in" \
   "$ULYSSES" train train.yaml out_dir=run_escape resume=true steps=6
 
+cp -r run run_fifo && rm -f run_fifo/run.lock run_fifo/metrics.jsonl && mkfifo run_fifo/metrics.jsonl
+expect_error "a FIFO as metrics.jsonl on resume (no hang)" "run_fifo/metrics.jsonl: the metrics log is not a regular file but a FIFO" \
+  "$ULYSSES" train train.yaml out_dir=run_fifo resume=true steps=6
+
 # ---- a resume that would change the maths is refused, naming the key and both values ----
 sed 's/"rope_theta": 10000.0/"rope_theta": 500000.0/' model.json > theta.json
 expect_error "resume with another rope_theta" "resume would change the run's maths: 'model.rope_theta' is 500000.0 in this run but was 10000.0 in run/checkpoints/step-0000004" \
