@@ -113,6 +113,11 @@ echo "../../run/checkpoints/step-0000004" > run_escape/checkpoints/latest
 expect_error "checkpoints/latest pointing outside" "run_escape/checkpoints/latest: the latest checkpoint names '../../run/checkpoints/step-0000004', which is not a file in" \
   "$ULYSSES" train train.yaml out_dir=run_escape resume=true steps=6
 
+echo keep > keep.txt && ln -s keep.txt link.png
+expect_error "plot -o onto a symlink" "link.png exists and is not a regular file \(a symbolic link\); nothing was written" \
+  "$ULYSSES" plot run/metrics.jsonl -o link.png
+[ "$(cat keep.txt)" = keep ] && [ -L link.png ] && pass "the symlink and its target are untouched" \
+  || fail "the symlink and its target are untouched"
 cp -r run run_fifo && rm -f run_fifo/run.lock run_fifo/metrics.jsonl && mkfifo run_fifo/metrics.jsonl
 expect_error "a FIFO as metrics.jsonl on resume (no hang)" "run_fifo/metrics.jsonl: the metrics log is not a regular file but a FIFO" \
   "$ULYSSES" train train.yaml out_dir=run_fifo resume=true steps=6
