@@ -129,6 +129,7 @@ int run_plan(int argc, char** argv) {
   }
   req.runtime = runtime.get();
   if (args.has("max-seq")) return print_max_seq(args, req, runtime.get());
+  check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
   const MemorySnapshot m = plan_step_memory(req);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"

@@ -120,6 +120,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
             "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
                           << " data-parallel groups; choose a multiple of " << mesh.dp_size());
 
+  check_tokens_fit_host("train: a step", cfg.batch_size * cfg.grad_accum / mesh.dp_size() * cfg.seq_len,
+                        host_memory_available());
   PlanRequest plan;
   plan.config = mc;
   plan.seq_len = cfg.seq_len;

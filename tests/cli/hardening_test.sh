@@ -30,6 +30,8 @@ expect_error "--layers 1000000" "bench: --layers must be in \[1, 1024\] \(layers
   "$ULYSSES" bench --shape tiny --layers 1000000
 expect_error "an absurd --seq, before allocating" "bench: --seq must be in \[1, 1073741824\] \(tokens per sequence\), got 100000000000" \
   "$ULYSSES" bench --shape tiny --seq 100000000000
+expect_error "a step too large for host memory, before allocating" "bench: a step of 1125899906842624 tokens needs about .* of host memory for its token arrays alone \(64 bytes a token\); this host has .* available" \
+  "$ULYSSES" bench --shape tiny --seq 1073741824 --batch 1048576
 expect_error "an absurd --seq for plan" "plan: --seq must be in \[1, 1073741824\]" "$ULYSSES" plan --shape tiny --seq -5
 expect_error "a huge --threads" "prepare: --threads must be in \[0, [0-9]+\] \(0 = all cores; at most 4 x this host's hardware threads\), got 100000000" \
   "$ULYSSES" prepare --input "$ROOT/README.md" --out d_threads --threads 100000000
