@@ -2,12 +2,19 @@
 #   make        build build/ulysses
 #   make test   install what is missing, build, run every test (but the GPU ones: make test-gpu)
 #   make demo   install what is missing, build, run the demo
+#   make fuzz FUZZ_SECONDS=600   every fuzz target that long (ASan + UBSan; docs/reliability.md)
+#   make test-asan               the unit, MPI and command-line tests built with ASan + UBSan
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps configure build test test-gpu demo clean
+FUZZ_SECONDS ?= 60
+# What `make test` gives each fuzz target: long enough to run the seeds and a few hundred
+# thousand mutations, short enough for CI (5 targets; about 2 minutes plus the clang build).
+FUZZ_CI_SECONDS ?= 20
+
+.PHONY: all deps configure build test test-gpu demo clean fuzz fuzz-ci test-asan
 
 all: build
 
@@ -26,6 +33,23 @@ build: configure
 # them one at a time on a machine that has one.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500 -LE gpu
+	@$(MAKE) --no-print-directory fuzz-ci
+
+# The fuzz targets (tests/fuzz) for a bounded time each; fails (never skips) without clang/libFuzzer.
+fuzz-ci: deps
+	JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_CI_SECONDS) $(BUILD)-fuzz
+
+fuzz: deps
+	JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_SECONDS) $(BUILD)-fuzz
+
+# The whole engine and its tests built with AddressSanitizer + UndefinedBehaviorSanitizer (gcc),
+# CPU only; runs the unit, MPI and command-line tests. Leak checking is off: OpenMPI and
+# OpenBLAS keep allocations for the process's life.
+test-asan: deps
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DULYSSES_CUDA=OFF -DULYSSES_SANITIZE=ON
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 3000 -LE gpu
 
 test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1500 -L gpu
@@ -34,4 +58,4 @@ demo: build
 	@bash scripts/demo.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-fuzz $(BUILD)-asan

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev   # tests
   libyaml-cpp-dev          # train configs
   zlib1g-dev libzstd-dev zstd  # prepare reads .gz and .zst corpora (zstd: the tests compress with it)
+  clang                    # the fuzz targets (libFuzzer, ASan, UBSan come with it): make fuzz, make test
 )
 
 missing=()

@@ -255,7 +255,9 @@ TEST_F(BrokenFolder, MalformedIndex) {
   write_index(json{{"weight_map", json::object()}});
   EXPECT_ERROR(ModelFolder::open(dir_), "model.safetensors.index.json", "'weight_map' is empty");
   write_index(json{{"weight_map", {{"model.norm.weight", "../elsewhere.safetensors"}}}});
-  EXPECT_ERROR(ModelFolder::open(dir_), "'model.norm.weight'", "not a file in the model folder");
+  EXPECT_ERROR(ModelFolder::open(dir_), "'model.norm.weight'", "names '../elsewhere.safetensors', which is not a file in");
+  write_index(json{{"weight_map", {{"model.norm.weight", "/etc/passwd"}}}});
+  EXPECT_ERROR(ModelFolder::open(dir_), "'model.norm.weight'", "names '/etc/passwd', which is not a file in");
   write_index(json{{"weight_map", {{"model.norm.weight", 3}}}});
   EXPECT_ERROR(ModelFolder::open(dir_), "'model.norm.weight'", "must be a file name");
 }

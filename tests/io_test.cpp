@@ -317,27 +317,6 @@ TEST(SafetensorsWrite, RejectsBadInput) {
   EXPECT_TRUE(fs::is_empty(dir)) << "failed writes must leave nothing behind";
 }
 
-// Simulates a full disk: with RLIMIT_FSIZE lowered (and SIGXFSZ ignored) writes
-// past the limit fail with EFBIG, exactly the path a full disk takes.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    getrlimit(RLIMIT_FSIZE, &old_);
-    rlimit lim = old_;
-    lim.rlim_cur = bytes;
-    setrlimit(RLIMIT_FSIZE, &lim);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_{};
-  void (*old_handler_)(int);
-};
-
 TEST(SafetensorsWrite, WriteFailureRemovesTmpAndKeepsOldFile) {
   const std::string dir = test::temp_dir("st_full");
   const std::string path = dir + "/w.safetensors";
@@ -345,7 +324,7 @@ TEST(SafetensorsWrite, WriteFailureRemovesTmpAndKeepsOldFile) {
   write_safetensors(path, {{"a", small}});
   const std::string before = read_bytes(path);
   {
-    FileSizeLimit limit(4096);
+    test::FileSizeLimit limit(4096);
     EXPECT_ERROR(write_safetensors(path, {{"a", f32_tensor({1 << 16}, 2)}}), "w.safetensors", "failed after",
                  "nothing was written");
   }

@@ -1,5 +1,8 @@
 // Helpers shared by the tests: relative errors, random data, paths.
 #pragma once
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -21,5 +24,26 @@ std::vector<float> random_vector_f(size_t n, uint64_t seed, double lo = -1.0, do
 std::string source_dir();   // the repository root
 std::string fixtures_dir();  // <root>/fixtures
 std::string temp_dir(const std::string& tag);  // a fresh empty directory under /tmp
+
+// Simulates a full disk: with RLIMIT_FSIZE lowered (and SIGXFSZ ignored) writes
+// past the limit fail with EFBIG, exactly the path a full disk takes.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int);
+};
 
 }  // namespace ulysses::test

@@ -134,6 +134,16 @@ double Args::get_double(const std::string& name, double fallback) const {
   ULY_FAIL(command_ << ": option --" << name << " expects a finite number, got '" << it->second << "'");
 }
 
+int64_t Args::get_int(const std::string& name, int64_t fallback, const IntRange& range) const {
+  if (get(name).empty()) return fallback;  // the fallback is the command's own choice
+  return check_in_range(command_ + ": --" + name, get_int(name, fallback), range);
+}
+
+double Args::get_double(const std::string& name, double fallback, const RealRange& range) const {
+  if (get(name).empty()) return fallback;
+  return check_in_range(command_ + ": --" + name, get_double(name, fallback), range);
+}
+
 std::string Args::usage(const std::string& command, const std::vector<OptionSpec>& specs) {
   std::ostringstream os;
   os << "usage: ulysses " << command << " [options]\n\noptions:\n";

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/limits.h"
+
 namespace ulysses {
 
 struct OptionSpec {
@@ -24,6 +26,9 @@ class Args {
   std::string require(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
+  // The same, refused with "<command>: --name must be in <range>, got v" when given outside the range.
+  int64_t get_int(const std::string& name, int64_t fallback, const IntRange& range) const;
+  double get_double(const std::string& name, double fallback, const RealRange& range) const;
   const std::vector<std::string>& positional() const { return positional_; }
   static std::string usage(const std::string& command, const std::vector<OptionSpec>& specs);
 

@@ -45,9 +45,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
     return 0;
   }
   ModelConfig config = model_config_from(args, "bench");
-  const int64_t S = args.get_int("seq", 32768), B = args.get_int("batch", 1);
-  const int64_t steps = args.get_int("steps", 3), warmup = args.get_int("warmup", 1);
-  ULY_CHECK(S > 0 && B > 0 && steps > 0 && warmup >= 0, "bench: --seq, --batch, --steps must be positive");
+  const int64_t S = args.get_int("seq", 32768, limits::kSeqLen), B = args.get_int("batch", 1, limits::kBatch);
+  const int64_t steps = args.get_int("steps", 3, limits::kSteps), warmup = args.get_int("warmup", 1, limits::kStepCount);
+  check_tokens_fit_host("bench: a step", B * S, host_memory_available());
   const bool optimize = !args.has("no-optimizer");
   const bool profiling = args.has("profile");
 

@@ -40,19 +40,17 @@ std::vector<OptionSpec> engine_option_specs() {
 
 StepOptions step_options_from(const Args& args) {
   StepOptions o;
-  if (args.has("tiled-mlp")) o.mlp_tiles = args.get_int("tiled-mlp", 0);  // 0: decided per sequence
-  if (args.has("tiled-loss")) o.loss_tile_tokens = args.get_int("tiled-loss", 1024);
+  if (args.has("tiled-mlp")) o.mlp_tiles = args.get_int("tiled-mlp", 0, limits::kMlpTiles);  // 0: decided per sequence
+  if (args.has("tiled-loss")) o.loss_tile_tokens = args.get_int("tiled-loss", 1024, limits::kLossTileOption);
   o.checkpoint = args.has("checkpoint");
   if (args.has("offload-checkpoints")) {
     const std::string v = args.get("offload-checkpoints", "all");
     o.checkpoint = true;
-    o.offload_layers = (v.empty() || v == "all") ? -1 : args.get_int("offload-checkpoints", -1);
-    ULY_CHECK(o.offload_layers >= -1, "--offload-checkpoints expects a number of layers or 'all', got '" << v << "'");
+    o.offload_layers =
+        (v.empty() || v == "all") ? -1 : args.get_int("offload-checkpoints", -1, limits::kOffloadLayers);
   }
   if (args.has("checkpoint-every")) {
-    o.checkpoint_every = args.get_int("checkpoint-every", 1);
-    ULY_CHECK(o.checkpoint_every >= 1, "--checkpoint-every expects a number of layers >= 1, got "
-                                           << args.get("checkpoint-every", ""));
+    o.checkpoint_every = args.get_int("checkpoint-every", 1, limits::kCheckpointSegment);
     o.checkpoint = true;
   }
   const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
@@ -95,11 +93,14 @@ ModelConfig model_config_from(const Args& args, const std::string& command) {
     ULY_CHECK(named_model_config(shape, &config),
               command << ": unknown --shape '" << shape << "' (known: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny)");
   }
-  if (args.has("layers")) config.num_hidden_layers = args.get_int("layers", config.num_hidden_layers);
+  if (args.has("layers")) config.num_hidden_layers = args.get_int("layers", config.num_hidden_layers, limits::kLayers);
   return config;
 }
 
-int sp_degree_from(const Args& args) { return static_cast<int>(args.get_int("sp", 0)); }
+int sp_degree_from(const Args& args) {
+  // Absent: all ranks (0 to the mesh). Given: a degree, at least 1.
+  return static_cast<int>(args.get_int("sp", 0, IntRange{1, limits::kSpDegree.hi, "omit --sp for all ranks"}));
+}
 
 }  // namespace ulysses
 
@@ -122,7 +123,8 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   req.runtime = &backend;
   size_t device_available = backend.device_memory_available();
   if (args.has("memory-limit"))
-    device_available = static_cast<size_t>(args.get_double("memory-limit", 0) * static_cast<double>(size_t(1) << 30));
+    device_available =
+        static_cast<size_t>(args.get_double("memory-limit", 0, limits::kGiB) * static_cast<double>(size_t(1) << 30));
   if (options.checkpoint && !options.keep_attention && keep_attention_auto(args)) {
     PlanRequest keep = req;
     keep.options.keep_attention = true;

@@ -3,6 +3,7 @@
 // line and a non-zero exit on every rank (aborting the others, never hanging).
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <sstream>
 #include <string>
 
@@ -74,6 +75,12 @@ int main(int argc, char** argv) {
     if (process_world_size() > 1) line << " (rank " << process_rank() << ")";
     line << '\n';
     std::cerr << line.str() << std::flush;
+    if (world && world->size() > 1) world->abort(1);
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Sizes are checked against stated limits and plans before allocating; this is what is left.
+    std::cerr << ("ulysses " + command + ": error: out of host memory (an allocation failed); the inputs or "
+                  "options ask for more memory than this host has\n") << std::flush;
     if (world && world->size() > 1) world->abort(1);
     return 1;
   } catch (const std::exception& e) {

@@ -16,8 +16,7 @@ namespace {
 
 size_t gib_option(const Args& args, const char* name, size_t fallback) {
   if (!args.has(name)) return fallback;
-  const double g = args.get_double(name, 0);
-  ULY_CHECK(g > 0, "plan: --" << name << " must be a positive number of GiB, got " << g);
+  const double g = args.get_double(name, 0, limits::kGiB);
   return static_cast<size_t>(g * static_cast<double>(size_t(1) << 30));
 }
 
@@ -119,7 +118,7 @@ int run_plan(int argc, char** argv) {
   }
   PlanRequest req;
   req.config = model_config_from(args, "plan");
-  req.seq_len = args.get_int("seq", 0);
+  req.seq_len = args.has("seq") ? args.get_int("seq", 0, limits::kSeqLen) : 0;
   ULY_CHECK(req.seq_len > 0 || args.has("max-seq"),
             "plan: give the sequence length with --seq TOKENS (or --max-seq to find the longest that fits)");
   req.sp = std::max(1, sp_degree_from(args));
@@ -138,6 +137,7 @@ int run_plan(int argc, char** argv) {
   }
   req.runtime = runtime.get();
   if (args.has("max-seq")) return print_max_seq(args, req, runtime.get());
+  check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"
@@ -146,7 +146,7 @@ int run_plan(int argc, char** argv) {
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's, chosen on the GPU, "
                  "is known only there); run plan on the GPU machine for the exact figure\n";
   if (args.has("memory-limit")) {
-    const size_t limit = static_cast<size_t>(args.get_double("memory-limit", 0) * double(size_t(1) << 30));
+    const size_t limit = static_cast<size_t>(args.get_double("memory-limit", 0, limits::kGiB) * double(size_t(1) << 30));
     check_plan_fits(req, m, limit, host_memory_available());
     std::cout << "fits in " << format_bytes(limit) << "\n";
   }

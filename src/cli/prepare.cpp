@@ -50,7 +50,7 @@ int64_t parse_count(const std::string& option, const std::string& text) {
   try {
     size_t used = 0;
     const double v = std::stod(digits, &used);
-    if (used == digits.size() && v > 0 && std::isfinite(v)) return static_cast<int64_t>(std::llround(v * scale));
+    if (used == digits.size() && v > 0 && v * scale <= 1e18) return static_cast<int64_t>(std::llround(v * scale));
   } catch (...) {
   }
   ULY_FAIL("prepare: --" << option << " expects a positive count such as 100M, got '" << text << "'");
@@ -115,10 +115,8 @@ int run_prepare(int argc, char** argv) {
     o.val_fraction = std::strtod(v.c_str(), &end);
     ULY_CHECK(!v.empty() && end && *end == '\0', "prepare: --val-fraction expects a number in [0, 1), got '" << v << "'");
   }
-  const int64_t seed = args.get_int("seed", 0);
-  ULY_CHECK(seed >= 0, "prepare: --seed must be non-negative, got " << seed);
-  o.seed = static_cast<uint64_t>(seed);
-  o.threads = static_cast<int>(args.get_int("threads", 0));
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 0, limits::kSeed));
+  o.threads = static_cast<int>(args.get_int("threads", 0, IntRange{0, max_threads(), "0 = all cores; at most 4 x this host's hardware threads"}));
   o.force = args.has("force");
   if (args.has("quiet")) o.progress_interval_s = 0;
 

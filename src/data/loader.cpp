@@ -1,12 +1,15 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "data/permutation.h"
+#include "io/regular_file.h"
 
 namespace ulysses {
 
@@ -42,6 +45,7 @@ DataLoader::DataLoader(LoaderOptions options) : options_(std::move(options)) {
     shard_start_.push_back(shard_start_.back() + s.num_tokens());
   }
   total_tokens_ = shard_start_.back();
+  check_model_vocabulary();
   if (options_.mode == LoaderMode::Pack) {
     num_sequences_ = total_tokens_ / S;
     ULY_CHECK(num_sequences_ > 0, "data loader: the shards hold " << total_tokens_ << " tokens, fewer than one sequence of "
@@ -58,6 +62,44 @@ DataLoader::DataLoader(LoaderOptions options) : options_(std::move(options)) {
     ULY_CHECK(num_sequences_ > 0, "data loader: mode 'long' needs documents of at least " << S
                                       << " tokens; the longest has " << longest << "; use mode 'pack' or a shorter --seq-len");
   }
+}
+
+void DataLoader::check_model_vocabulary() const {
+  // Shards made with the model's tokenizer (or a smaller one) cannot hold a token the model lacks;
+  // otherwise one pass finds the largest id now, rather than a step failing on it hours later.
+  if (options_.vocab_limit <= 0 || vocab_size_ <= options_.vocab_limit) return;
+  uint32_t largest = 0;
+  size_t where = 0;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const uint32_t* t = shards_[i].tokens();
+    const uint32_t m = shards_[i].num_tokens() > 0 ? *std::max_element(t, t + shards_[i].num_tokens()) : 0;
+    if (m > largest) {
+      largest = m;
+      where = i;
+    }
+  }
+  ULY_CHECK(static_cast<int64_t>(largest) < options_.vocab_limit,
+            shards_[where].path() << ": holds token id " << largest << " (tokenizer '" << tokenizer_ << "', vocab "
+                                  << vocab_size_ << ") but the model's vocab_size is " << options_.vocab_limit
+                                  << "; use a model whose vocabulary covers the data's, or prepare the data with the "
+                                     "model's tokenizer");
+}
+
+std::string DataLoader::fingerprint_json() const {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const TokenShard& s : shards_) {
+    uint64_t h = mix64(static_cast<uint64_t>(s.num_tokens()) ^ 0x9E3779B97F4A7C15ull);
+    for (int64_t d = 0; d <= s.num_documents(); ++d) h = mix64(h ^ s.document_offsets()[d]);
+    const int64_t n = s.num_tokens(), samples = std::min<int64_t>(n, 4096);
+    for (int64_t i = 0; i < samples; ++i) h = mix64(h ^ s.tokens()[i * n / samples]);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    shards.push_back({{"file", fs::path(s.path()).filename().string()},
+                      {"tokens", s.num_tokens()},
+                      {"documents", s.num_documents()},
+                      {"hash", hex}});
+  }
+  return nlohmann::json({{"tokenizer", tokenizer_}, {"vocab_size", vocab_size_}, {"shards", shards}}).dump();
 }
 
 int64_t DataLoader::sequence_at(int64_t slot) const {
@@ -261,7 +303,7 @@ std::vector<std::string> resolve_shards(const std::string& spec, const std::stri
   ULY_CHECK(fs::exists(manifest, ec), spec << ": folder has no manifest.json; is it the --out of 'ulysses prepare'?");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(std::ifstream(manifest));
+    j = nlohmann::json::parse(read_text_file(manifest.string(), "manifest", limits::kMaxJsonBytes));
   } catch (const nlohmann::json::parse_error& e) {
     ULY_FAIL(manifest.string() << ": invalid JSON (" << e.what() << ")");
   }
@@ -270,7 +312,8 @@ std::vector<std::string> resolve_shards(const std::string& spec, const std::stri
   for (const auto& s : j[split]) {
     ULY_CHECK(s.is_object() && s.contains("file") && s["file"].is_string(),
               manifest.string() << ": each '" << split << "' entry needs a 'file'");
-    out.push_back((fs::path(spec) / s["file"].get<std::string>()).string());
+    // Shards live in the manifest's folder: "../x" or "/x" would read outside it.
+    out.push_back(confined_path(spec, s["file"].get<std::string>(), manifest.string(), "a '" + split + "' shard entry"));
   }
   ULY_CHECK(!out.empty(), manifest.string() << ": the '" << split << "' split has no shards"
                                             << (split == "val" ? " (prepare with --val-fraction > 0)" : ""));

@@ -74,6 +74,11 @@ class DataLoader {
   std::string state_json() const;
   void restore_json(const std::string& json_text);
 
+  // What the resume fingerprint records of the data (JSON): the tokenizer, and per shard its
+  // file name, token and document counts and a hash of its document index and of 4096 evenly
+  // spaced tokens (a sample, not every token: hashing all would be a pass over the data).
+  std::string fingerprint_json() const;
+
   // Stateless access, for tests and tools: the sequence at a slot, and one row.
   int64_t sequence_at(int64_t slot) const;
   // Row of sequence `seq`, tokens [begin, end) of it (end <= S): ids, targets, positions [end - begin].
@@ -92,6 +97,8 @@ class DataLoader {
   void read_stream(int64_t g, int64_t n, int64_t row_start, int32_t* ids, int32_t* positions,
                    uint8_t* targets_ok) const;
   int32_t checked(uint32_t token, int32_t shard, int64_t offset) const;
+  // Refuses shards holding a token id at or above vocab_limit (the model's vocab_size).
+  void check_model_vocabulary() const;
 
   LoaderOptions options_;
   std::vector<TokenShard> shards_;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/regular_file.h"
 
 namespace ulysses {
@@ -51,6 +52,13 @@ class Fields {
     return v;
   }
   int64_t opt_positive(const char* key, int64_t fallback) const { return has(key) ? positive(key) : fallback; }
+  // A positive count no larger than the stated limit (core/limits.h).
+  int64_t count(const char* key, const IntRange& range) const {
+    return check_in_range(source_ + ": field '" + name(key) + "'", positive(key), range);
+  }
+  int64_t opt_count(const char* key, int64_t fallback, const IntRange& range) const {
+    return has(key) ? count(key, range) : fallback;
+  }
 
   double number(const char* key) const {
     ULY_CHECK(has(key), source_ << ": missing required field '" << name(key) << "'");
@@ -110,6 +118,12 @@ void parse_rope_block(const json& block, const char* block_name, const std::stri
 
 }  // namespace
 
+int64_t model_parameter_count(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  const int64_t per_layer = h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h + 3 * h * c.intermediate_size + 2 * h;
+  return c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * per_layer + h;
+}
+
 ModelConfig parse_hf_config(const json& j, const std::string& src) {
   ULY_CHECK(j.is_object(), src << ": a config must be a JSON object, got " << j.type_name());
   Fields f(j, src);
@@ -139,17 +153,17 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
   ULY_CHECK(!f.opt_bool("mlp_bias", false),
             src << ": field 'mlp_bias' is true; biases on the MLP projections are not supported");
 
-  c.vocab_size = f.positive("vocab_size");
-  c.hidden_size = f.positive("hidden_size");
-  c.intermediate_size = f.positive("intermediate_size");
-  c.num_hidden_layers = f.positive("num_hidden_layers");
-  c.num_attention_heads = f.positive("num_attention_heads");
-  c.num_key_value_heads = f.opt_positive("num_key_value_heads", c.num_attention_heads);
+  c.vocab_size = f.count("vocab_size", limits::kVocab);
+  c.hidden_size = f.count("hidden_size", limits::kHidden);
+  c.intermediate_size = f.count("intermediate_size", limits::kIntermediate);
+  c.num_hidden_layers = f.count("num_hidden_layers", limits::kLayers);
+  c.num_attention_heads = f.count("num_attention_heads", limits::kHeads);
+  c.num_key_value_heads = f.opt_count("num_key_value_heads", c.num_attention_heads, limits::kHeads);
   ULY_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
             src << ": field 'num_key_value_heads' (" << c.num_key_value_heads << ") must divide num_attention_heads ("
                 << c.num_attention_heads << ")");
   if (f.has("head_dim")) {
-    c.head_dim = f.positive("head_dim");
+    c.head_dim = f.count("head_dim", limits::kHeadDim);
   } else {
     ULY_CHECK(c.hidden_size % c.num_attention_heads == 0,
               src << ": 'head_dim' is absent and hidden_size (" << c.hidden_size
@@ -159,9 +173,12 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
   }
   ULY_CHECK(c.head_dim % 2 == 0,
             src << ": head_dim (" << c.head_dim << ") must be even (rotary embeddings rotate pairs of dimensions)");
-  c.max_position_embeddings = f.opt_positive("max_position_embeddings", c.max_position_embeddings);
+  c.max_position_embeddings = f.opt_count("max_position_embeddings", c.max_position_embeddings, limits::kPositions);
   c.rms_norm_eps = f.opt_positive_number("rms_norm_eps", c.rms_norm_eps);
   c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", false);
+  const int64_t params = model_parameter_count(c);
+  ULY_CHECK(params <= limits::kMaxParameters, src << ": the shape makes " << params << " parameters, over the limit of "
+                                                  << limits::kMaxParameters << "; is a field off by a few digits?");
 
   // transformers 5.x writes `dtype`; 4.x wrote `torch_dtype`.
   if (auto d = f.opt_string("dtype")) c.torch_dtype = *d;
@@ -182,14 +199,10 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
 }
 
 ModelConfig load_hf_config(const std::string& path) {
-  require_regular_file(path, "config");
-  std::ifstream in(path);
-  ULY_CHECK(in.good(), path << ": cannot open config (" << std::strerror(errno) << ")");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path, "config", limits::kMaxJsonBytes);
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     ULY_FAIL(path << ": malformed JSON: " << e.what());
   }

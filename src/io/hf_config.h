@@ -40,7 +40,11 @@ struct ModelConfig {
 
 // Parses and validates; errors name the file and the field ("config.json: field
 // 'num_key_value_heads' (3) must divide num_attention_heads (8)").
+// Every size is checked against its stated limit (core/limits.h), and the whole model
+// against limits::kMaxParameters, before anything is allocated for it.
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source_name);
+// Parameters of the model (embeddings, layers, final norm, lm_head unless tied).
+int64_t model_parameter_count(const ModelConfig& c);
 ModelConfig load_hf_config(const std::string& path);
 // The JSON to write back: `raw` with our fields updated (transformers 5.x readers
 // accept the 4.x layout, so we keep whatever layout was read).

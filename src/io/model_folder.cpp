@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/limits.h"
+#include "io/atomic_file.h"
 #include "io/regular_file.h"
 
 namespace ulysses {
@@ -31,27 +33,12 @@ std::string strip_slashes(std::string s) {
 }
 
 json read_json_file(const std::string& path) {
-  require_regular_file(path, "JSON file");
-  std::ifstream in(path);
-  ULY_CHECK(in.good(), path << ": cannot open (" << std::strerror(errno) << ")");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path, "JSON file", limits::kMaxJsonBytes);
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::parse_error& e) {
     ULY_FAIL(path << ": malformed JSON: " << e.what());
   }
-}
-
-// Writes PATH whole or throws naming it (the folder as a whole is made atomic by the caller).
-void write_text_file(const std::string& path, const std::string& text) {
-  FILE* fp = std::fopen(path.c_str(), "wb");
-  ULY_CHECK(fp != nullptr, path << ": cannot create (" << std::strerror(errno) << ")");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), fp) == text.size() && std::fflush(fp) == 0 &&
-                  fsync(fileno(fp)) == 0;
-  const int e = errno;
-  const bool closed = std::fclose(fp) == 0;
-  ULY_CHECK(ok && closed, path << ": write failed (" << std::strerror(ok ? errno : e) << "); is the disk full?");
 }
 
 // Removes DIR.tmp on every exit but a successful commit.
@@ -106,12 +93,9 @@ ModelFolder ModelFolder::open(const std::string& dir) {
               index << ": weight_map entry '" << name << "' must be a file name, got " << it.value().dump());
     const std::string shard = it.value().get<std::string>();
     // Shards live next to the index; anything else would read outside the folder.
-    ULY_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..",
-              index << ": weight_map entry '" << name << "' names '" << shard
-                    << "', which is not a file in the model folder");
+    const std::string shard_path = confined_path(dir, shard, index, "weight_map entry '" + name + "'");
     auto found = shard_index.find(shard);
     if (found == shard_index.end()) {
-      const std::string shard_path = join(dir, shard);
       ULY_CHECK(fs::exists(shard_path, ec),
                 index << ": shard '" << shard << "' (listed for tensor '" << name << "') does not exist in " << dir);
       m.files_.push_back(SafetensorsFile::open(shard_path));
@@ -220,7 +204,7 @@ void save_model_folder(const std::string& dir_in, const ModelConfig& config,
 
   ModelConfig saved = config;
   saved.torch_dtype = dtype_name(dtype);
-  write_text_file(join(tmp, "config.json"), hf_config_json(saved).dump(2) + "\n");
+  write_file_atomic(join(tmp, "config.json"), hf_config_json(saved).dump(2) + "\n");
 
   // transformers refuses safetensors files whose metadata lacks format=pt.
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
@@ -237,7 +221,7 @@ void save_model_folder(const std::string& dir_in, const ModelConfig& config,
   }
   if (shards.size() > 1) {
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_text_file(join(tmp, kIndex), index.dump(2) + "\n");
+    write_file_atomic(join(tmp, kIndex), index.dump(2) + "\n");
   }
 
   // Swap in: DIR -> DIR.old, DIR.tmp -> DIR, drop DIR.old. DIR is only ever

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace ulysses {
 
@@ -229,14 +230,9 @@ std::vector<uint8_t> encode_png_rgb8(const uint8_t* rgb, int width, int height, 
 
 void write_png_rgb8(const std::string& path, const uint8_t* rgb, int width, int height, Deflate mode) {
   const std::vector<uint8_t> bytes = encode_png_rgb8(rgb, width, height, mode);
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  ULY_CHECK(f != nullptr, "png: cannot open '" << path << "' for writing: " << std::strerror(errno)
-                                               << " (does the directory exist and is it writable?)");
-  const size_t wrote = std::fwrite(bytes.data(), 1, bytes.size(), f.get());
-  ULY_CHECK(wrote == bytes.size(), "png: short write to '" << path << "' (" << wrote << " of " << bytes.size()
-                                                          << " bytes): " << std::strerror(errno));
-  FILE* raw = f.release();
-  ULY_CHECK(std::fclose(raw) == 0, "png: cannot finish writing '" << path << "': " << std::strerror(errno));
+  AtomicFile out(path);  // whole or not at all, and only over a regular file
+  out.write(bytes.data(), bytes.size(), bytes.size());
+  out.commit(bytes.size());
 }
 
 }  // namespace ulysses

@@ -11,8 +11,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "core/limits.h"
+#include "io/atomic_file.h"
 
 namespace ulysses {
 
@@ -116,14 +120,29 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   ULY_CHECK(header_len <= size - 8, path << ": header length " << header_len << " is larger than the rest of the file ("
                                          << size - 8
                                          << " bytes): the file is truncated or not a safetensors file");
+  ULY_CHECK(header_len <= limits::kMaxSafetensorsHeader,
+            path << ": header length " << header_len << " is over the " << limits::kMaxSafetensorsHeader
+                 << "-byte limit for a safetensors header: the file is corrupt or not a safetensors file");
   map->data_start = 8 + static_cast<size_t>(header_len);
 
+  // A name given twice would silently keep only the last entry: the top-level keys are
+  // collected as they are parsed and a repeated one refused.
   nlohmann::json header;
+  std::set<std::string> names;
+  std::string twice;
+  auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
+        !names.insert(parsed.get<std::string>()).second && twice.empty())
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(map->base + 8, map->base + map->data_start);
+    header = nlohmann::json::parse(map->base + 8, map->base + map->data_start, note_keys);
   } catch (const nlohmann::json::parse_error& e) {
     ULY_FAIL(path << ": malformed JSON header (" << header_len << " bytes): " << e.what());
   }
+  ULY_CHECK(twice.empty(), path << ": the header lists tensor '" << twice
+                                << "' twice: the file is corrupt (a reader would keep only one of the two)");
   ULY_CHECK(header.is_object(), path << ": the JSON header must be an object {name: {dtype, shape, data_offsets}}, got "
                                      << header.type_name());
 
@@ -280,66 +299,6 @@ Tensor SafetensorsFile::read_i32(const std::string& name) const {
 
 // ---- writer -------------------------------------------------------------------
 
-namespace {
-
-// PATH.tmp while being written; removed unless commit() renamed it into place.
-class TempFile {
- public:
-  TempFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
-    // Only a regular file (or nothing) is replaced: renaming over a symlink, a device node or
-    // a FIFO would destroy what stands there (as root, --out /dev/null would replace the device).
-    for (const std::string* p : {&final_, &tmp_}) {
-      struct stat st {};
-      ULY_CHECK(::lstat(p->c_str(), &st) != 0 || S_ISREG(st.st_mode),
-                final_ << ": " << *p << " exists and is not a regular file ("
-                       << (S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
-                                                                     : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                                                                             : "a device or socket")
-                       << "); nothing was written: give a path to a regular file or a new one");
-    }
-    fp_ = std::fopen(tmp_.c_str(), "wb");
-    ULY_CHECK(fp_ != nullptr, final_ << ": cannot create " << tmp_ << " (" << errno_text(errno) << ")");
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fp_ != nullptr) std::fclose(fp_);
-    if (!committed_) std::remove(tmp_.c_str());
-  }
-
-  void write(const void* p, size_t n, size_t total) {
-    if (n == 0) return;
-    if (std::fwrite(p, 1, n, fp_) != n) fail("write failed", total);
-    written_ += n;
-  }
-  void commit(size_t total) {
-    if (std::fflush(fp_) != 0) fail("flush failed", total);
-    if (fsync(fileno(fp_)) != 0) fail("fsync failed", total);
-    FILE* fp = fp_;
-    fp_ = nullptr;
-    if (std::fclose(fp) != 0) fail("close failed", total);
-    if (std::rename(tmp_.c_str(), final_.c_str()) != 0) {
-      const int e = errno;
-      ULY_FAIL(final_ << ": cannot rename " << tmp_ << " into place (" << errno_text(e) << "); nothing was written");
-    }
-    committed_ = true;
-  }
-
- private:
-  [[noreturn]] void fail(const char* what, size_t total) {
-    const int e = errno;
-    ULY_FAIL(final_ << ": " << what << " after " << written_ << " of " << total << " bytes (" << errno_text(e)
-                    << "); removed " << tmp_ << ", nothing was written (is the disk full?)");
-  }
-
-  std::string final_, tmp_;
-  FILE* fp_ = nullptr;
-  size_t written_ = 0;
-  bool committed_ = false;
-};
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -369,7 +328,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   const uint64_t header_len = text.size();
   const size_t total = 8 + text.size() + offset;
 
-  TempFile out(path);
+  AtomicFile out(path);
   out.write(&header_len, 8, total);
   out.write(text.data(), text.size(), total);
   for (const auto& [name, t] : tensors) out.write(t.raw(), t.nbytes(), total);

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/regular_file.h"
 
 namespace ulysses {
 
@@ -139,10 +140,13 @@ struct TokenShard::Mapping {
 };
 
 TokenShard TokenShard::open(const std::string& path, bool check_tokens) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  require_regular_file(path, "token shard");
+  // O_NONBLOCK: a path swapped for a FIFO after the check must not block the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   ULY_CHECK(fd >= 0, path << ": cannot open token shard (" << std::strerror(errno) << ")");
   struct stat st {};
-  const int stat_rc = fstat(fd, &st);
+  int stat_rc = fstat(fd, &st);
+  if (stat_rc == 0 && !S_ISREG(st.st_mode)) st.st_size = 0;  // refused below as too short
   auto map = std::make_shared<Mapping>();
   map->size = static_cast<size_t>(st.st_size);
   if (stat_rc == 0 && map->size > 0) map->addr = mmap(nullptr, map->size, PROT_READ, MAP_SHARED, fd, 0);

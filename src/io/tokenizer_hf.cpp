@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/limits.h"
+#include "io/regular_file.h"
 #include "io/tokenizer.h"
 #include "io/tokenizer_parts.h"
 #include "io/tokenizer_unicode.h"
@@ -18,14 +20,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using tok::AddedToken;
 using tok::PreTokStep;
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ULY_CHECK(f, path << ": cannot open the file");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
@@ -67,7 +61,7 @@ class HfBpeTokenizer final : public Tokenizer {
 };
 
 HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
-  const std::string text = read_text_file(path);
+  const std::string text = read_text_file(path, "tokenizer", limits::kMaxTokenizerBytes);
   json root;
   try {
     root = json::parse(text);
@@ -255,7 +249,7 @@ void HfBpeTokenizer::load_special_ids(const json& root) {
   if (fs::exists(config, ec)) {
     json c;
     try {
-      c = json::parse(read_text_file(config.string()));
+      c = json::parse(read_text_file(config.string(), "tokenizer config", limits::kMaxJsonBytes));
     } catch (const json::parse_error& e) {
       ULY_FAIL(config.string() << ": invalid JSON (" << e.what() << ")");
     }

@@ -26,6 +26,7 @@ class TokenShardBatches final : public BatchSource {
     if (s.is_null()) loader_.restore(LoaderState{});
     else loader_.restore_json(s.dump());
   }
+  nlohmann::json fingerprint() const override { return nlohmann::json::parse(loader_.fingerprint_json()); }
   std::string describe() const override {
     std::ostringstream os;
     os << path_ << " (" << loader_.total_tokens() << " tokens, " << loader_.num_sequences()

@@ -22,6 +22,8 @@ class BatchSource {
   virtual nlohmann::json state() const = 0;
   virtual void restore(const nlohmann::json& state) = 0;
   virtual std::string describe() const = 0;
+  // What the resume fingerprint records of the data (the tokenizer, each shard's counts and hash).
+  virtual nlohmann::json fingerprint() const = 0;
 };
 
 struct MeshPosition {

@@ -7,27 +7,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/limits.h"
+#include "io/atomic_file.h"
 #include "io/model_folder.h"
+#include "io/regular_file.h"
 #include "io/safetensors.h"
 
 namespace ulysses {
 namespace fs = std::filesystem;
 
 namespace {
-
-void write_text_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    ULY_CHECK(out.good(), tmp.string() << ": cannot open for writing");
-    out << text;
-    out.flush();
-    ULY_CHECK(out.good(), tmp.string() << ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  ULY_CHECK(!ec, path.string() << ": cannot rename into place: " << ec.message());
-}
 
 std::string step_name(int64_t step) {
   char buf[32];
@@ -56,11 +45,12 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
     j["loader"] = state.loader;
     j["mesh"] = {{"world", state.mesh.world}, {"sp", state.mesh.sp}, {"dp", state.mesh.dp}};
     j["config"] = state.config;
+    j["fingerprint"] = state.fingerprint;
     j["format_version"] = 1;
-    write_text_atomic(tmp / "trainer_state.json", j.dump(2));
+    write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2));
     if (const char* kill = std::getenv("ULYSSES_TEST_KILL_DURING_SAVE"))  // fault injection for the tests
       if (std::atoll(kill) == state.step) std::raise(SIGKILL);
-    write_text_atomic(tmp / "COMPLETE", "ok\n");
+    write_file_atomic((tmp / "COMPLETE").string(), "ok\n");
     if (fs::exists(final_dir)) fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);
   } catch (const fs::filesystem_error& e) {
@@ -72,7 +62,7 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
     ULY_FAIL("saving checkpoint " << final_dir.string() << " failed: " << e.message()
                                   << "; the previous checkpoint is untouched");
   }
-  write_text_atomic(root / "latest", step_name(state.step) + "\n");
+  write_file_atomic((root / "latest").string(), step_name(state.step) + "\n");
   if (options.keep_last > 0) rotate_checkpoints(out_dir, options.keep_last);
   return final_dir.string();
 }
@@ -100,11 +90,15 @@ std::vector<std::string> rotate_checkpoints(const std::string& out_dir, int64_t 
 
 std::optional<std::string> latest_checkpoint(const std::string& out_dir) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
-  std::ifstream in(root / "latest");
-  std::string name;
-  if (in >> name) {
-    const fs::path dir = root / name;
-    if (fs::exists(dir / "COMPLETE")) return dir.string();
+  std::error_code ec;
+  if (fs::exists(root / "latest", ec)) {
+    // latest names a checkpoint folder next to it; anything else ("../x", "/x") is refused, not followed.
+    std::string name = read_text_file((root / "latest").string(), "checkpoint pointer", 4096);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const std::string dir = confined_path(root.string(), name, (root / "latest").string(), "the latest checkpoint");
+    ULY_CHECK(name.rfind("step-", 0) == 0, (root / "latest").string()
+                                                << ": names '" << name << "', not a checkpoint folder (step-NNNNNNN)");
+    if (fs::exists(fs::path(dir) / "COMPLETE")) return dir;
   }
   // Fall back to the newest complete folder (latest may point at a removed one).
   std::optional<std::string> best;
@@ -119,21 +113,21 @@ std::optional<std::string> latest_checkpoint(const std::string& out_dir) {
 
 TrainerState read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer_state.json";
-  std::ifstream in(path);
-  ULY_CHECK(in.good(), path << ": cannot open");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const std::exception& e) {
-    ULY_FAIL(path << ": invalid JSON: " << e.what());
-  }
+  const std::string text = read_text_file(path, "trainer state", limits::kMaxJsonBytes);
   TrainerState s;
-  s.step = j.at("step");
-  s.loader = j.at("loader");
-  s.mesh.world = j.at("mesh").at("world");
-  s.mesh.sp = j.at("mesh").at("sp");
-  s.mesh.dp = j.at("mesh").at("dp");
-  s.config = j.value("config", nlohmann::json::object());
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    s.step = j.at("step");
+    s.loader = j.at("loader");
+    s.mesh.world = j.at("mesh").at("world");
+    s.mesh.sp = j.at("mesh").at("sp");
+    s.mesh.dp = j.at("mesh").at("dp");
+    s.config = j.value("config", nlohmann::json::object());
+    s.fingerprint = j.value("fingerprint", nlohmann::json());
+  } catch (const nlohmann::json::exception& e) {
+    ULY_FAIL(path << ": invalid trainer state: " << e.what());
+  }
+  ULY_CHECK(s.step >= 0, path << ": invalid trainer state: step " << s.step);
   return s;
 }
 

@@ -28,6 +28,7 @@ struct TrainerState {
   nlohmann::json loader;
   CheckpointMesh mesh;
   nlohmann::json config;
+  nlohmann::json fingerprint;  // train/fingerprint.h: what a resume must not change (null in older checkpoints)
 };
 
 struct CheckpointSaveOptions {

@@ -228,4 +228,12 @@ void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t
   ULY_FAIL(os.str());
 }
 
+void check_tokens_fit_host(const std::string& what, int64_t tokens, size_t host_available) {
+  const double need = static_cast<double>(tokens) * static_cast<double>(kHostBytesPerToken);
+  ULY_CHECK(need <= static_cast<double>(host_available),
+            what << " of " << tokens << " tokens needs about " << format_bytes(static_cast<size_t>(need))
+                 << " of host memory for its token arrays alone (" << kHostBytesPerToken << " bytes a token); this host has "
+                 << format_bytes(host_available) << " available: use a shorter sequence or fewer sequences");
+}
+
 }  // namespace ulysses

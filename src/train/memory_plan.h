@@ -68,4 +68,11 @@ int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, 
 void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
                      size_t host_available);
 
+// The step's host-side token arrays (ids, targets, positions, document starts) and the
+// planner's own per-token bookkeeping take about kHostBytesPerToken bytes per token of a
+// sequence, outside the pools the plan counts. Refuses, before any of them is allocated,
+// `tokens` that would not fit `host_available` bytes ("`what` of N tokens needs ...").
+inline constexpr size_t kHostBytesPerToken = 64;
+void check_tokens_fit_host(const std::string& what, int64_t tokens, size_t host_available);
+
 }  // namespace ulysses

@@ -2,12 +2,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 #include <sstream>
 
 #include "cli/args.h"
 #include "core/error.h"
+#include "core/limits.h"
+#include "io/regular_file.h"
 
 namespace ulysses {
 namespace {
@@ -61,17 +64,36 @@ memory:
   checkpoint_every: 1     # two-level checkpoints: one saved input per this many layers (implies checkpoint)
 )";
 
-nlohmann::json yaml_to_json(const YAML::Node& n) {
+// Converts YAML to JSON, counting nodes as aliases expand: a few lines of anchors
+// and aliases can stand for billions of nodes (an "alias bomb"), refused here.
+struct YamlBudget {
+  const std::string& source;
+  size_t nodes = 0;
+  void count(int depth) {
+    ULY_CHECK(++nodes <= limits::kMaxYamlNodes,
+              source << ": the YAML expands to more than " << limits::kMaxYamlNodes
+                     << " nodes (aliases of aliases?); a training config is a few dozen keys");
+    ULY_CHECK(depth <= 64, source << ": the YAML nests deeper than 64 levels; a training config has 2");
+  }
+};
+
+nlohmann::json yaml_to_json(const YAML::Node& n, YamlBudget& budget, int depth = 0) {
+  budget.count(depth);
   switch (n.Type()) {
     case YAML::NodeType::Null: return nullptr;
     case YAML::NodeType::Map: {
       nlohmann::json j = nlohmann::json::object();
-      for (const auto& kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : n) {
+        budget.count(depth + 1);
+        ULY_CHECK(kv.first.IsScalar(), budget.source << ": a key must be a plain name, got a "
+                                                     << (kv.first.IsMap() ? "mapping" : "list"));
+        j[kv.first.Scalar()] = yaml_to_json(kv.second, budget, depth + 1);
+      }
       return j;
     }
     case YAML::NodeType::Sequence: {
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& e : n) j.push_back(yaml_to_json(e));
+      for (const auto& e : n) j.push_back(yaml_to_json(e, budget, depth + 1));
       return j;
     }
     default: {
@@ -80,19 +102,17 @@ nlohmann::json yaml_to_json(const YAML::Node& n) {
       if (s == "true" || s == "True") return true;
       if (s == "false" || s == "False") return false;
       if (s == "null" || s == "~") return nullptr;
-      try {
-        size_t used = 0;
-        const long long i = std::stoll(s, &used);
-        if (used == s.size()) return i;
-      } catch (...) {
-      }
-      try {
-        size_t used = 0;
-        const double d = std::stod(s, &used);
-        // "nan" and "inf" stay text: a folder may be called nan, and no option takes them as numbers.
-        if (used == s.size() && std::isfinite(d)) return d;
-      } catch (...) {
-      }
+      // from_chars, not stoll/stod: no exception per non-number (an alias-expanded config
+      // can hold a million scalars).
+      const char* first = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+      const char* last = s.data() + s.size();
+      long long i = 0;
+      if (auto r = std::from_chars(first, last, i); r.ec == std::errc() && r.ptr == last && first != last) return i;
+      double d = 0;
+      // "nan" and "inf" stay text: a folder may be called nan, and no option takes them as numbers.
+      if (auto r = std::from_chars(first, last, d); r.ec == std::errc() && r.ptr == last && first != last &&
+                                                    std::isfinite(d))
+        return d;
       return s;
     }
   }
@@ -104,6 +124,11 @@ void collect_keys(const nlohmann::json& j, const std::string& prefix, std::vecto
     if (it->is_object()) collect_keys(*it, k, out);
     else out.push_back(k);
   }
+}
+
+// A value as JSON text for a message; bytes that are not UTF-8 shown as U+FFFD, not thrown over.
+std::string shown(const nlohmann::json& v) {
+  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Merges `user` into `base`, checking every key exists in the schema with a compatible type.
@@ -126,10 +151,70 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
     ULY_CHECK(ok, source << ": key '" << k << "' expects " << (slot.is_boolean() ? "true or false"
                                                               : slot.is_number() ? "a number"
                                                                                  : "a string")
-                         << ", got " << v.dump());
+                         << ", got " << shown(v));
     if (slot.is_number_integer() && v.is_number_float())
-      ULY_FAIL(source << ": key '" << k << "' expects an integer, got " << v.dump());
+      ULY_FAIL(source << ": key '" << k << "' expects an integer, got " << shown(v));
+    if (v.is_string())
+      try {
+        (void)v.dump();
+      } catch (const nlohmann::json::type_error&) {
+        ULY_FAIL(source << ": key '" << k << "' holds bytes that are not UTF-8 text: " << shown(v));
+      }
     slot = slot.is_string() && v.is_number() ? nlohmann::json(v.dump()) : v;
+  }
+}
+
+// The range of every numeric key, stated once; checked before any value is used.
+struct KeyRange {
+  const char* key;  // dotted
+  bool integer;
+  IntRange ints;
+  RealRange reals;
+};
+KeyRange int_key(const char* key, IntRange r) { return {key, true, r, {}}; }
+KeyRange real_key(const char* key, RealRange r) { return {key, false, {}, r}; }
+
+const std::vector<KeyRange>& key_ranges() {
+  using namespace limits;
+  static const std::vector<KeyRange> ranges = {
+      int_key("num_layers", {0, kLayers.hi, "0 = the model's own"}),
+      int_key("init_seed", kSeed),
+      int_key("data.seq_len", kSeqLen),
+      int_key("data.seed", kSeed),
+      int_key("batch_size", kBatch),
+      int_key("grad_accum", kBatch),
+      int_key("steps", kSteps),
+      real_key("optimizer.lr", kLearningRate),
+      real_key("optimizer.min_lr", kLearningRate),
+      int_key("optimizer.warmup_steps", kStepCount),
+      real_key("optimizer.weight_decay", kWeightDecay),
+      real_key("optimizer.beta1", kBeta),
+      real_key("optimizer.beta2", kBeta),
+      real_key("optimizer.eps", kAdamEps),
+      real_key("optimizer.grad_clip", kGradClip),
+      int_key("eval_every", kStepCount),
+      int_key("eval_batches", kBatch),
+      int_key("checkpoint_every", kStepCount),
+      int_key("skip_nonfinite", kStepCount),
+      int_key("log_every", {1, kSteps.hi, "steps"}),
+      int_key("sp", kSpDegree),
+      int_key("memory.tiled_mlp", kMlpTiles),
+      int_key("memory.tiled_loss", kLossTile),
+      int_key("memory.offload_checkpoints", kOffloadLayers),
+      int_key("memory.checkpoint_every", kCheckpointSegment),
+      int_key("keep_last", kKeepLast),
+  };
+  return ranges;
+}
+
+void check_key_ranges(const nlohmann::json& cfg) {
+  for (const KeyRange& r : key_ranges()) {
+    const nlohmann::json* v = &cfg;
+    std::stringstream ks(r.key);
+    for (std::string part; std::getline(ks, part, '.');) v = &(*v)[part];
+    const std::string what = std::string("train: key '") + r.key + "'";
+    if (r.integer) check_in_range(what, v->get<int64_t>(), r.ints);
+    else check_in_range(what, v->get<double>(), r.reals);
   }
 }
 
@@ -137,7 +222,8 @@ nlohmann::json parse_yaml_text(const std::string& text, const std::string& sourc
   try {
     YAML::Node n = YAML::Load(text);
     if (!n.IsDefined() || n.IsNull()) return nlohmann::json::object();
-    return yaml_to_json(n);
+    YamlBudget budget{source};
+    return yaml_to_json(n, budget);
   } catch (const YAML::Exception& e) {
     ULY_FAIL(source << ": invalid YAML at line " << e.mark.line + 1 << ", column " << e.mark.column + 1 << ": "
                     << e.msg);
@@ -153,11 +239,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::vector<std::string> keys;
   collect_keys(cfg, "", keys);
   if (!path.empty()) {
-    std::ifstream in(path);
-    ULY_CHECK(in.good(), path << ": cannot open the training config");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    merge_checked(cfg, parse_yaml_text(ss.str(), path), "", keys, path);
+    const std::string text = read_text_file(path, "training config", limits::kMaxYamlBytes);
+    merge_checked(cfg, parse_yaml_text(text, path), "", keys, path);
   }
   for (size_t i = 0; i < overrides.size(); ++i) {
     std::string o = overrides[i], key, value;
@@ -167,6 +250,18 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
       key = o.substr(0, eq);
       value = o.substr(eq + 1);
     } else {
+      if (overrides[i].rfind("--", 0) != 0) {
+        // A word that is neither key=value nor --key: most likely a config file out of place.
+        std::error_code ec;
+        const bool is_file = std::filesystem::exists(overrides[i], ec);
+        const bool looks_like_file = is_file || o.find('/') != std::string::npos ||
+                                     o.ends_with(".yaml") || o.ends_with(".yml");
+        ULY_CHECK(!looks_like_file, "train: '" << overrides[i] << "' "
+                                               << (is_file ? "is a file but comes after an override"
+                                                           : "does not exist (no such config file)")
+                                               << "; the config file comes first: ulysses train CONFIG.yaml "
+                                                  "[key=value ...]");
+      }
       ULY_CHECK(overrides[i].rfind("--", 0) == 0 && i + 1 < overrides.size(),
                 "train: override '" << overrides[i] << "' needs a value (key=value or --key value)");
       key = o;
@@ -182,6 +277,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     merge_checked(cfg, nested, "", keys, "command line");
   }
 
+  check_key_ranges(cfg);
   TrainConfig c;
   c.as_json = cfg;
   c.model = cfg["model"];
@@ -235,23 +331,13 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
             src << ": give 'model' (a Hugging Face folder) or 'model_config' (a named shape or config.json)");
   ULY_CHECK(c.model.empty() || c.model_config.empty(), src << ": give either 'model' or 'model_config', not both");
   ULY_CHECK(!c.train_data.empty(), src << ": 'data.train' is required (shards from `ulysses prepare`)");
-  ULY_CHECK(c.seq_len > 0, src << ": 'data.seq_len' must be positive, got " << c.seq_len);
   ULY_CHECK(c.data_mode == "pack" || c.data_mode == "long",
             src << ": 'data.mode' must be pack or long, got '" << c.data_mode << "'");
-  ULY_CHECK(c.batch_size > 0 && c.grad_accum > 0 && c.steps > 0,
-            src << ": batch_size, grad_accum and steps must be positive");
-  ULY_CHECK(c.lr >= 0 && c.min_lr >= 0 && c.warmup_steps >= 0, src << ": learning rates and warmup must be >= 0");
+  check_in_range(src + ": batch_size x grad_accum", c.batch_size * c.grad_accum, limits::kBatch);
   ULY_CHECK(c.save_dtype == "float32" || c.save_dtype == "bfloat16" || c.save_dtype == "float16",
             src << ": 'save_dtype' must be float32, bfloat16 or float16, got '" << c.save_dtype << "'");
-  ULY_CHECK(c.keep_last >= 0, src << ": 'keep_last' must be >= 0 (0 keeps every checkpoint), got " << c.keep_last);
-  ULY_CHECK(c.memory.mlp_tiles >= 0, src << ": 'memory.tiled_mlp' must be >= 0");
-  ULY_CHECK(c.memory.offload_layers >= -1, src << ": 'memory.offload_checkpoints' must be >= -1");
-  ULY_CHECK(c.memory.checkpoint_every >= 1, src << ": 'memory.checkpoint_every' must be >= 1, got "
-                                                << c.memory.checkpoint_every);
   ULY_CHECK(!c.memory.keep_attention || c.memory.checkpoint,
             src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
-  ULY_CHECK(c.log_every > 0, src << ": 'log_every' must be positive");
-  ULY_CHECK(c.skip_nonfinite >= 0, src << ": 'skip_nonfinite' must be >= 0, got " << c.skip_nonfinite);
   return c;
 }
 

@@ -15,10 +15,13 @@
 
 #include "comm/launch_env.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 #include "io/model_folder.h"
+#include "io/regular_file.h"
 #include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
+#include "train/fingerprint.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
@@ -97,6 +100,7 @@ std::vector<std::string> checkpoint_asset_dirs(const TrainConfig& c) {
 // Keeps the metrics lines up to `step` (a resumed run rewrites what follows).
 void truncate_metrics(const fs::path& path, int64_t step) {
   if (!fs::exists(path)) return;
+  require_regular_file(path.string(), "metrics log");  // a FIFO here would block the read forever
   std::ifstream in(path);
   std::ostringstream kept;
   for (std::string line; std::getline(in, line);) {
@@ -106,7 +110,7 @@ void truncate_metrics(const fs::path& path, int64_t step) {
     }
   }
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept.str();
+  write_file_atomic(path.string(), kept.str());
 }
 
 // JSON has no NaN or infinity: such values are written as null.
@@ -155,6 +159,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
             "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
                           << " data-parallel groups; choose a multiple of " << mesh.dp_size());
 
+  check_tokens_fit_host("train: a step", cfg.batch_size * cfg.grad_accum / mesh.dp_size() * cfg.seq_len,
+                        host_memory_available());
   PlanRequest plan;
   plan.config = mc;
   plan.seq_len = cfg.seq_len;
@@ -217,6 +223,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                              << mc.max_position_embeddings << "): positions beyond it were never trained; "
                              << "extend the RoPE (rope_scaling) in config.json for long-context training");
 
+  const CheckpointMesh this_mesh{mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
+  const nlohmann::json fingerprint = run_fingerprint(cfg, mc, this_mesh, {{"train", train->fingerprint()}});
   int64_t start_step = 0;
   const fs::path metrics_path = out_dir / "metrics.jsonl";
   if (cfg.resume) {
@@ -228,6 +236,11 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
               *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << "); this run has "
                     << mesh.world_size() << " ranks (sp " << mesh.sp_size()
                     << "): resume on the same mesh (resharding is not supported yet)");
+    if (st.fingerprint.is_null())
+      ULY_WARN(*ckpt << " records no fingerprint (written by an older version): the model, data and settings "
+                        "cannot be checked against it");
+    else
+      check_resume_fingerprint(st.fingerprint, fingerprint, *ckpt);
     optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
     train->restore(st.loader);
     start_step = st.step;
@@ -236,9 +249,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       ULY_INFO("resumed from " << *ckpt << " at step " << start_step);
     }
   } else if (rank0) {
-    std::ofstream(metrics_path, std::ios::trunc);
+    write_file_atomic(metrics_path.string(), "");
   }
-  if (rank0) std::ofstream(out_dir / "config.json", std::ios::trunc) << cfg.as_json.dump(2) << "\n";
+  if (rank0) write_file_atomic((out_dir / "config.json").string(), cfg.as_json.dump(2) + "\n");
 
   LlamaModel model(weights, *backend, mesh.sp(), cfg.memory);
   const int64_t rows = cfg.batch_size * cfg.grad_accum;
@@ -250,13 +263,17 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                      << " steps, data " << train->describe());
 
   const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
+  std::unique_ptr<AppendFile> metrics;
+  if (rank0) metrics = std::make_unique<AppendFile>(metrics_path.string());
   auto save = [&](int64_t step) {
     if (rank0) {
+      metrics->sync();  // the metrics up to a checkpoint are on disk before it is
       TrainerState st;
       st.step = step;
       st.loader = train->state();
-      st.mesh = {mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
+      st.mesh = this_mesh;
       st.config = cfg.as_json;
+      st.fingerprint = fingerprint;
       CheckpointSaveOptions so;
       so.dtype = save_dtype_of(cfg.save_dtype);
       so.asset_dirs = asset_dirs;
@@ -267,8 +284,6 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     world.barrier();
   };
 
-  std::ofstream metrics;
-  if (rank0) metrics.open(metrics_path, std::ios::app);
   const auto t_start = std::chrono::steady_clock::now();
   double tokens_seen = 0;
   int exit_code = 0;
@@ -323,8 +338,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                           {"elapsed_s", elapsed},  {"eta_s", eta}};
       if (on_gpu) m["mfu"] = mfu;
       if (!info.applied) m["skipped_nonfinite"] = true;
-      metrics << m.dump() << "\n";
-      metrics.flush();
+      metrics->append(m.dump() + "\n");
       if (step % cfg.log_every == 0 || step == cfg.steps) {
         char mfu_text[16] = "-";
         if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
@@ -350,8 +364,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       }
       const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
       if (rank0) {
-        metrics << nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() << "\n";
-        metrics.flush();
+        metrics->append(nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() + "\n");
         std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
       }
     }

@@ -32,6 +32,17 @@ expect_error() {
   pass "$name (exit $rc)"
 }
 
+# write_tiny_model FILE: the small random-init Llama config.json the training tests use
+# (byte-level vocabulary: 256 bytes + 2 specials).
+write_tiny_model() {
+  cat > "$1" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 258, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "torch_dtype": "float32"}
+JSON
+}
+
 finish() {
   echo "$PASSES passed, $FAILS failed"
   [ $FAILS -eq 0 ]

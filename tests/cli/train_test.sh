@@ -7,12 +7,7 @@ cd "$TMP"
 
 "$ULYSSES" prepare --input "$ROOT/docs,$ROOT/README.md" --out data --val-fraction 0.2 --quiet > /dev/null 2>&1 \
   && pass "prepare a corpus" || fail "prepare a corpus"
-cat > model.json <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 258, "hidden_size": 64,
- "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
- "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false,
- "hidden_act": "silu", "torch_dtype": "float32"}
-JSON
+write_tiny_model model.json
 cat > train.yaml <<'YAML'
 model_config: model.json
 data:

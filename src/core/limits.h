@@ -1,0 +1,89 @@
+// Stated limits. Every count or number that comes from a file or a flag is
+// checked against a range stated once here, before anything is allocated for it
+// or any work depends on it, and every refusal reads alike:
+//   "<what> must be in [lo, hi] (<note>), got <value>"
+// docs/reliability.md lists the limits and the tests that check them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace ulysses {
+
+struct IntRange {
+  int64_t lo, hi;
+  const char* note = "";  // what the values mean ("0 = all ranks"), shown with the range
+};
+
+struct RealRange {
+  double lo, hi;
+  bool lo_open = false, hi_open = false;  // (lo, ... and ..., hi)
+  const char* note = "";
+};
+
+// "[1, 1073741824]", "(0, 1)"; an unbounded side reads "..." ("[0, ...)").
+std::string describe_range(const IntRange& r);
+std::string describe_range(const RealRange& r);
+
+// Returns v, or throws an Error "<what> must be in <range> (<note>), got <v>".
+int64_t check_in_range(const std::string& what, int64_t v, const IntRange& r);
+// Also refuses NaN and infinity.
+double check_in_range(const std::string& what, double v, const RealRange& r);
+
+// The number of threads a --threads option may ask for: 4 x this host's hardware threads
+// (an OpenMP runtime asked for millions of threads crashes instead of failing).
+int64_t max_threads();
+
+namespace limits {
+
+inline constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sequences, batches and steps (options and train-config keys).
+// Positions are int32 on the device; 2^30 tokens leaves room for every offset computed from them.
+inline constexpr IntRange kSeqLen{1, int64_t{1} << 30, "tokens per sequence"};
+inline constexpr IntRange kBatch{1, int64_t{1} << 20, "sequences"};
+inline constexpr IntRange kSteps{1, int64_t{1} << 40, "steps"};
+inline constexpr IntRange kStepCount{0, int64_t{1} << 40, "steps; 0 = never"};
+inline constexpr IntRange kSeed{0, kInt64Max, "a non-negative integer"};
+// Ranks of one job: the sequence-parallel degree and the like (0 = all ranks).
+inline constexpr IntRange kSpDegree{0, int64_t{1} << 20, "0 = all ranks"};
+inline constexpr IntRange kMlpTiles{0, int64_t{1} << 30, "0 = ceil(tokens / hidden)"};
+inline constexpr IntRange kLossTile{0, int64_t{1} << 30, "tokens per tile; 0 = off"};
+inline constexpr IntRange kLossTileOption{1, int64_t{1} << 30, "tokens per tile"};
+inline constexpr IntRange kOffloadLayers{-1, 1 << 16, "layers; -1 = all"};
+inline constexpr IntRange kCheckpointSegment{1, 1 << 16, "layers per checkpoint segment"};
+inline constexpr IntRange kKeepLast{0, 1 << 20, "checkpoints; 0 = keep every one"};
+
+// Optimizer hyperparameters.
+inline constexpr RealRange kLearningRate{0, kInf, false, true, "non-negative"};
+inline constexpr RealRange kWeightDecay{0, kInf, false, true, "non-negative"};
+inline constexpr RealRange kBeta{0, 1, false, true, "a moment's decay rate"};
+inline constexpr RealRange kAdamEps{0, kInf, true, true, "positive"};
+inline constexpr RealRange kGradClip{0, kInf, false, true, "a gradient norm; 0 = off"};
+// GiB budgets (--memory-limit, --host-mem-limit): up to 1 PiB.
+inline constexpr RealRange kGiB{0, 1 << 20, true, false, "GiB"};
+
+// Model shape (config.json, --layers, num_layers). Generous for any Llama made so far,
+// small enough that the counts derived from them (parameters, bytes) stay far from overflow.
+inline constexpr IntRange kLayers{1, 1024, "layers"};
+inline constexpr IntRange kHidden{1, 1 << 17, "hidden_size"};
+inline constexpr IntRange kIntermediate{1, 1 << 19, "intermediate_size"};
+inline constexpr IntRange kHeads{1, 1 << 12, "attention heads"};
+inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
+// Token ids are int32.
+inline constexpr IntRange kVocab{1, std::numeric_limits<int32_t>::max(), "vocab_size"};
+inline constexpr IntRange kPositions{1, int64_t{1} << 31, "max_position_embeddings"};
+// Parameters of the whole model: 2^42 (4.4 trillion).
+inline constexpr int64_t kMaxParameters = int64_t{1} << 42;
+
+// Files read whole into memory. Bigger files are refused before reading.
+inline constexpr size_t kMaxJsonBytes = size_t{64} << 20;        // config.json, index, manifest, state
+inline constexpr size_t kMaxTokenizerBytes = size_t{1} << 30;    // tokenizer.json (Llama 3's: 9 MB)
+inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;        // train configs
+inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;         // nodes after alias expansion
+inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Hugging Face's reader
+
+}  // namespace limits
+}  // namespace ulysses

@@ -1,0 +1,90 @@
+#include "train/fingerprint.h"
+
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace ulysses {
+namespace {
+
+using nlohmann::json;
+
+// {"a": {"b": 1, "c": [x, y]}} -> {"a.b": 1, "a.c[0]": x, "a.c[1]": y}
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) flatten(*it, prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else if (j.is_array()) {
+    out[prefix + ".count"] = j.size();
+    for (size_t i = 0; i < j.size(); ++i) flatten(j[i], prefix + "[" + std::to_string(i) + "]", out);
+  } else {
+    out[prefix] = j;
+  }
+}
+
+std::string shown(const std::map<std::string, json>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? std::string("absent") : it->second.dump();
+}
+
+}  // namespace
+
+json run_fingerprint(const TrainConfig& c, const ModelConfig& m, const CheckpointMesh& mesh, const json& data) {
+  json model = {{"vocab_size", m.vocab_size},
+                {"hidden_size", m.hidden_size},
+                {"intermediate_size", m.intermediate_size},
+                {"num_hidden_layers", m.num_hidden_layers},
+                {"num_attention_heads", m.num_attention_heads},
+                {"num_key_value_heads", m.num_key_value_heads},
+                {"head_dim", m.head_dim},
+                {"rms_norm_eps", m.rms_norm_eps},
+                {"tie_word_embeddings", m.tie_word_embeddings},
+                {"rope_type", m.rope.type},
+                {"rope_theta", m.rope.theta}};
+  if (m.rope.type == "llama3") {
+    model["rope_factor"] = m.rope.factor;
+    model["rope_low_freq_factor"] = m.rope.low_freq_factor;
+    model["rope_high_freq_factor"] = m.rope.high_freq_factor;
+    model["rope_original_max_position_embeddings"] = m.rope.original_max_position_embeddings;
+  }
+  const json& cfg = c.as_json;
+  return {{"model", model},
+          {"data", data},
+          {"mesh", {{"world", mesh.world}, {"sp", mesh.sp}, {"dp", mesh.dp}}},
+          {"precision", {{"backend", c.backend}, {"dtype", c.backend == "cpu" ? std::string("fp32") : c.dtype}}},
+          {"training",
+           {{"batch_size", cfg["batch_size"]},
+            {"grad_accum", cfg["grad_accum"]},
+            {"data.seq_len", cfg["data"]["seq_len"]},
+            {"data.mode", cfg["data"]["mode"]},
+            {"data.seed", cfg["data"]["seed"]},
+            {"optimizer", cfg["optimizer"]}}}};
+}
+
+void check_resume_fingerprint(const json& recorded, const json& current, const std::string& checkpoint) {
+  std::map<std::string, json> was, now;
+  flatten(recorded, "", was);
+  flatten(current, "", now);
+  std::vector<std::string> differ;
+  for (const auto& [k, v] : now)
+    if (auto it = was.find(k); it == was.end() || it->second != v) differ.push_back(k);
+  for (const auto& [k, v] : was)
+    if (now.count(k) == 0) differ.push_back(k);
+  if (differ.empty()) return;
+  // The most telling key first: a count before the entries it counts.
+  std::string first = differ.front();
+  for (const auto& k : differ)
+    if (k.size() > 6 && k.compare(k.size() - 6, 6, ".count") == 0) {
+      first = k;
+      break;
+    }
+  std::ostringstream others;
+  if (differ.size() > 1) others << " (and " << differ.size() - 1 << " other value" << (differ.size() > 2 ? "s" : "") << ")";
+  ULY_FAIL("resume would change the run's maths: '" << first << "' is " << shown(now, first) << " in this run but was "
+                                                    << shown(was, first) << " in " << checkpoint << others.str()
+                                                    << "; resume with the settings and data the checkpoint was written "
+                                                       "with, or start a new run (another out_dir, or overwrite=true)");
+}
+
+}  // namespace ulysses
