@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/tokenizer.h"
 
 namespace ulysses {
@@ -30,7 +31,15 @@ int run_tokenize(int argc, char** argv) {
   ULY_CHECK(args.positional().empty(), "tokenize: unexpected argument '" << args.positional()[0]
                                                                           << "' (the text comes on stdin)");
   const auto tok = open_tokenizer(args.get("tokenizer", "byte"));
-  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  // stdin may be endless (a device, a pipe from yes): read it within a stated limit.
+  std::string input;
+  char buf[1 << 16];
+  while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+    input.append(buf, static_cast<size_t>(std::cin.gcount()));
+    ULY_CHECK(input.size() <= limits::kMaxTokenizeBytes,
+              "tokenize: stdin holds more than " << (limits::kMaxTokenizeBytes >> 20)
+                                                 << " MiB; tokenize a corpus with `ulysses prepare` (it streams)");
+  }
 
   if (args.has("decode")) {
     nlohmann::json j;

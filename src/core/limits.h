@@ -82,6 +82,7 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 42;
 inline constexpr size_t kMaxJsonBytes = size_t{64} << 20;        // config.json, index, manifest, state
 inline constexpr size_t kMaxTokenizerBytes = size_t{1} << 30;    // tokenizer.json (Llama 3's: 9 MB)
 inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;        // train configs
+inline constexpr size_t kMaxTokenizeBytes = size_t{1} << 30;     // `tokenize`'s stdin (whole in memory)
 inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;         // nodes after alias expansion
 inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Hugging Face's reader
 

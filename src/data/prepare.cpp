@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/permutation.h"
+#include "io/atomic_file.h"
 #include "io/token_shard.h"
 #include "data/sft.h"
 #include "io/tokenizer.h"
@@ -143,13 +144,7 @@ void write_manifest(const PrepareOptions& o, const Tokenizer& tok, const std::op
       {"train", split_json(r.train)},
       {"val", split_json(r.val)},
   };
-  const fs::path path = fs::path(o.out_dir) / "manifest.json", tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << m.dump(2) << "\n";
-    ULY_CHECK(f.good(), tmp.string() << ": write failed");
-  }
-  fs::rename(tmp, path);
+  write_file_atomic((fs::path(o.out_dir) / "manifest.json").string(), m.dump(2) + "\n");
 }
 
 }  // namespace

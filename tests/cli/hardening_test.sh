@@ -71,6 +71,8 @@ expect_error "a YAML alias bomb" "bomb.yaml: the YAML expands to more than 10485
 expect_error "tokenize --tokenizer /dev/zero" "/dev/zero: the tokenizer is not a regular file but a device or socket" \
   bash -c "echo hi | \"$ULYSSES\" tokenize --tokenizer /dev/zero"
 mkfifo fifo.json
+expect_error "endless stdin for tokenize" "tokenize: stdin holds more than 1024 MiB" \
+  bash -c "yes | \"$ULYSSES\" tokenize"
 expect_error "a FIFO as tokenizer.json" "fifo.json: the tokenizer is not a regular file but a FIFO" \
   bash -c "echo hi | \"$ULYSSES\" tokenize --tokenizer fifo.json"
 head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' > big.yaml
