@@ -112,7 +112,7 @@ bool CorpusReader::next(CorpusDocument& doc) {
       nlohmann::ordered_json j;
       try {
         j = nlohmann::ordered_json::parse(line_buf_);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {
         ULY_FAIL(f.path << ":" << line_ << ": invalid JSON (" << e.what() << ")");
       }
       doc.where = f.path + ":" + std::to_string(line_);

@@ -257,7 +257,7 @@ void DataLoader::restore_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     ULY_FAIL("data loader state: invalid JSON (" << e.what() << ")");
   }
   auto field = [&](const char* key) -> const nlohmann::json& {
@@ -304,7 +304,7 @@ std::vector<std::string> resolve_shards(const std::string& spec, const std::stri
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text_file(manifest.string(), "manifest", limits::kMaxJsonBytes));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(manifest.string() << ": invalid JSON (" << e.what() << ")");
   }
   ULY_CHECK(j.is_object() && j.contains(split) && j[split].is_array(),

@@ -65,7 +65,7 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ULY_FAIL(path << ": invalid JSON (" << e.what() << ")");
   }
   ULY_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
@@ -250,7 +250,7 @@ void HfBpeTokenizer::load_special_ids(const json& root) {
     json c;
     try {
       c = json::parse(read_text_file(config.string(), "tokenizer config", limits::kMaxJsonBytes));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       ULY_FAIL(config.string() << ": invalid JSON (" << e.what() << ")");
     }
     auto pick = [&](const char* key) -> std::optional<int32_t> {
