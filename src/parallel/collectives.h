@@ -12,5 +12,9 @@ namespace ulysses {
 void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 // In place: t = sum over ranks of t.
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t);
+// recv: size × send's elements, rank r's send at block r (see Communicator::all_gather).
+void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
+// send: size × recv's elements; recv = sum over ranks of their block rank() (Communicator::reduce_scatter).
+void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 
 }  // namespace ulysses

@@ -373,8 +373,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     world.all_reduce(&stop, &any_stop, 1, DType::I32, ReduceOp::Max);
     const bool last = step == cfg.steps;
     if (any_stop || last || (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0)) save(step);
-    if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP"))  // fault injection for the resume tests
-      if (std::atoll(kill_at) == step) std::raise(SIGKILL);
+    // Fault injection for the resume and rank-failure tests: SIGKILL at this step, on every
+    // rank or only on ULYSSES_TEST_KILL_RANK (the others then block in the next collective).
+    if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP")) {
+      const char* kill_rank = std::getenv("ULYSSES_TEST_KILL_RANK");
+      if (std::atoll(kill_at) == step && (kill_rank == nullptr || std::atoi(kill_rank) == world.rank()))
+        std::raise(SIGKILL);
+    }
     if (any_stop && !last) {
       ULY_INFO("stopped by a signal at step " << step << "; resume with resume=true (a second signal stops at once)");
       exit_code = 130;
