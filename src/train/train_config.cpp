@@ -45,7 +45,7 @@ checkpoint_every: 0     # steps between checkpoints; 0 = only at the end (and on
 skip_nonfinite: 0       # steps with a non-finite loss or gradient norm skipped (no update) before the run stops
 log_every: 1
 tensorboard: true       # TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl
-out_dir: runs/train     # metrics.jsonl, checkpoints/, loss.png
+out_dir: runs/train     # metrics.jsonl, events.out.tfevents.*, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
 overwrite: false        # a fresh run may write into an out_dir that holds another run's results
 save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat16, float16 or float32); masters stay fp32
