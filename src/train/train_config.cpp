@@ -44,7 +44,8 @@ eval_batches: 4
 checkpoint_every: 0     # steps between checkpoints; 0 = only at the end (and on SIGINT/SIGTERM)
 skip_nonfinite: 0       # steps with a non-finite loss or gradient norm skipped (no update) before the run stops
 log_every: 1
-out_dir: runs/train     # metrics.jsonl, checkpoints/, loss.png
+tensorboard: true       # TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl
+out_dir: runs/train     # metrics.jsonl, events.out.tfevents.*, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
 overwrite: false        # a fresh run may write into an out_dir that holds another run's results
 save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat16, float16 or float32); masters stay fp32
@@ -306,6 +307,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.skip_nonfinite = cfg["skip_nonfinite"];
   c.checkpoint_every = cfg["checkpoint_every"];
   c.log_every = cfg["log_every"];
+  c.tensorboard = cfg["tensorboard"];
   c.out_dir = cfg["out_dir"];
   c.resume = cfg["resume"];
   c.overwrite = cfg["overwrite"];

@@ -41,6 +41,7 @@ struct TrainConfig {
   int64_t skip_nonfinite = 0;  // non-finite steps skipped (no update) before the run stops
   int64_t checkpoint_every = 0;  // 0 = only at the end (and on SIGINT/SIGTERM)
   int64_t log_every = 1;
+  bool tensorboard = true;  // TensorBoard event files beside metrics.jsonl
   std::string out_dir = "runs/train";
   bool resume = false;
   bool overwrite = false;  // a fresh run may write over another run's results in out_dir

@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/model_folder.h"
 #include "io/regular_file.h"
+#include "io/tensorboard.h"
 #include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
@@ -250,6 +251,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     }
   } else if (rank0) {
     write_file_atomic(metrics_path.string(), "");
+    remove_event_files(cfg.out_dir);  // a fresh run's TensorBoard shows only itself
   }
   if (rank0) write_file_atomic((out_dir / "config.json").string(), cfg.as_json.dump(2) + "\n");
 
@@ -265,9 +267,15 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
   std::unique_ptr<AppendFile> metrics;
   if (rank0) metrics = std::make_unique<AppendFile>(metrics_path.string());
+  std::unique_ptr<EventFileWriter> events;  // the same figures for TensorBoard
+  if (rank0 && cfg.tensorboard) {
+    events = std::make_unique<EventFileWriter>(cfg.out_dir);
+    if (start_step > 0) events->session_start(start_step + 1);  // older files' later steps are superseded
+  }
   auto save = [&](int64_t step) {
     if (rank0) {
       metrics->sync();  // the metrics up to a checkpoint are on disk before it is
+      if (events) events->sync();
       TrainerState st;
       st.step = step;
       st.loader = train->state();
@@ -339,6 +347,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       if (on_gpu) m["mfu"] = mfu;
       if (!info.applied) m["skipped_nonfinite"] = true;
       metrics->append(m.dump() + "\n");
+      if (events) {
+        std::vector<std::pair<std::string, double>> scalars = {
+            {"train/loss", r.loss}, {"train/lr", info.lr}, {"train/grad_norm", info.grad_norm},
+            {"train/tokens_per_s", r.tokens / dt}, {"train/tflops", tflops}};
+        if (on_gpu) scalars.emplace_back("train/mfu", mfu);
+        events->scalars(step, scalars);
+      }
       if (step % cfg.log_every == 0 || step == cfg.steps) {
         char mfu_text[16] = "-";
         if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
@@ -365,6 +380,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
       if (rank0) {
         metrics->append(nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() + "\n");
+        if (events) events->scalars(step, {{"eval/loss", eval_loss}});
         std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
       }
     }
