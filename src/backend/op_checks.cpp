@@ -131,6 +131,33 @@ AttentionShape attention_shape(const OpCheck& c, const Tensor& q, const Tensor& 
   return a;
 }
 
+// The block form: q [Sq, H, d] at row offset q0, k and v [Sk, Hkv, d] at k0, inside the documents' row.
+AttentionShape attention_block_shape(const OpCheck& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Documents& docs, int64_t q0, int64_t k0) {
+  c.data(q, "q");
+  c.same_dtype(k, q, "k", "q");
+  c.same_dtype(v, q, "v", "q");
+  c.ndim(q, 3, "q", "[Sq, H, d]");
+  c.ndim(k, 3, "k", "[Sk, Hkv, d]");
+  c.like(v, k, "v", "k");
+  const int64_t Sq = q.dim(0), Sk = k.dim(0), S = docs.tokens();
+  ULY_CHECK(k.dim(2) == q.dim(2), c.op() << ": k " << k.describe() << " and q " << q.describe()
+                                         << " must have one head_dim");
+  AttentionShape a{Sq, q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest};
+  ULY_CHECK(a.Hkv > 0 && a.H % a.Hkv == 0, c.op() << ": query heads H=" << a.H << " (q " << q.describe()
+                                                  << ") must be a multiple of key/value heads Hkv=" << a.Hkv << " (k "
+                                                  << k.describe() << ")");
+  ULY_CHECK(docs.doc_start.defined() && docs.bounds.defined(),
+            c.op() << ": the documents are not set (no doc_start or bounds; make them with make_documents)");
+  c.dtype(docs.doc_start, DType::I32, "doc_start");
+  c.dtype(docs.bounds, DType::I32, "document bounds");
+  c.shape(docs.bounds, {docs.count + 1}, "document bounds");
+  ULY_CHECK(q0 >= 0 && k0 >= 0 && q0 + Sq <= S && k0 + Sk <= S,
+            c.op() << ": query rows [" << q0 << ", " << q0 + Sq << ") and key rows [" << k0 << ", " << k0 + Sk
+                   << ") must lie in the documents' row of " << S << " tokens");
+  return a;
+}
+
 void attention_lse(const OpCheck& c, const Tensor& lse, const Tensor& q, const AttentionShape& a) {
   c.accumulator(lse, q.dtype(), "lse");
   c.shape(lse, {a.H, a.S}, "lse");
@@ -254,6 +281,41 @@ void Backend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tenso
   c.like(dv, v, "dv", "v");
   attention_lse(c, lse, q, a);
   attention_backward_impl(dq, dk, dv, dout, out, lse, q, k, v, docs, scale);
+}
+
+void Backend::attention_forward_block(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Documents& docs, int64_t q0, int64_t k0, double scale) {
+  const OpCheck c(*this, "attention_forward_block");
+  const AttentionShape a = attention_block_shape(c, q, k, v, docs, q0, k0);
+  c.like(out, q, "out", "q");
+  attention_lse(c, lse, q, a);
+  attention_forward_block_impl(out, lse, q, k, v, docs, q0, k0, scale);
+}
+
+void Backend::attention_backward_block(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                       const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Documents& docs, int64_t q0, int64_t k0, double scale) {
+  const OpCheck c(*this, "attention_backward_block");
+  const AttentionShape a = attention_block_shape(c, q, k, v, docs, q0, k0);
+  c.like(out, q, "out", "q");
+  c.like(dout, q, "dout", "q");
+  c.like(dq, q, "dq", "q");
+  c.like(dk, k, "dk", "k");
+  c.like(dv, v, "dv", "v");
+  attention_lse(c, lse, q, a);
+  attention_backward_block_impl(dq, dk, dv, dout, out, lse, q, k, v, docs, q0, k0, scale);
+}
+
+void Backend::attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) {
+  const OpCheck c(*this, "attention_merge");
+  const DType dt = c.data(out, "out");
+  c.ndim(out, 3, "out", "[S, H, d]");
+  c.accumulator(acc, dt, "acc");
+  c.shape(acc, out.shape(), "acc");
+  c.accumulator(lse, dt, "lse");
+  c.shape(lse, {out.dim(1), out.dim(0)}, "lse");
+  c.like(acc_lse, lse, "acc_lse", "lse");
+  attention_merge_impl(acc, acc_lse, out, lse);
 }
 
 void Backend::swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) {

@@ -58,6 +58,16 @@ class PlanningBackend final : public Backend {
                                const Tensor& k, const Tensor&, const Documents& docs, double) override {
     take_workspace(q, k, docs, true);
   }
+  void attention_forward_block_impl(Tensor&, Tensor&, const Tensor& q, const Tensor& k, const Tensor&,
+                                    const Documents& docs, int64_t, int64_t, double) override {
+    take_workspace(q, k, docs, false);
+  }
+  void attention_backward_block_impl(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor& q, const Tensor& k, const Tensor&, const Documents& docs, int64_t,
+                                     int64_t, double) override {
+    take_workspace(q, k, docs, true);
+  }
+  void attention_merge_impl(Tensor&, Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_forward_impl(Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void cross_entropy_forward_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
