@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/communicator.h"
+#include "test_util.h"
 #include "model/llama.h"
 #include "train/memory_plan.h"
 #include "train/step.h"
@@ -29,14 +30,7 @@ MemorySnapshot measure(const ModelConfig& c, int64_t S, const StepOptions& o) {
     LlamaWeights w(c);
     w.init_random(*backend, 1);
     LlamaModel model(w, *backend, mesh.sp(), o);
-    TokenBatch b;
-    b.B = 1;
-    b.S = S;
-    for (int64_t i = 0; i < S; ++i) {
-      b.ids.push_back(static_cast<int32_t>((i * 7 + 3) % c.vocab_size));
-      b.targets.push_back(static_cast<int32_t>((i * 5 + 1) % c.vocab_size));
-      b.positions.push_back(static_cast<int32_t>(i % 50));  // documents of 50 tokens
-    }
+    const TokenBatch b = patterned_batch(S, c.vocab_size, 50);  // documents of 50 tokens
     backend->pools().reset_peaks();
     compute_loss_and_grads(model, w, *backend, mesh, b);
     out = MemorySnapshot::of(backend->pools());

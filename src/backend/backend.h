@@ -155,6 +155,13 @@ class Backend {
     (void)backward;
     return 0;
   }
+  // The same for the block-offset form (shape.S = Sq, the query rows); backends whose
+  // fused-attention library does not take offsets answer for their own kernels.
+  virtual size_t attention_block_workspace_bytes(const AttentionShape& shape, bool backward) {
+    (void)shape;
+    (void)backward;
+    return 0;
+  }
   void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up);
   void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up);
   // losses: [N] float32 (or the accumulator dtype; write); dlogits may alias logits.

@@ -30,6 +30,12 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp
                                          weights.config().num_key_value_heads, weights.config().head_dim),
                  options) {}
 
+LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMesh& mesh, StepOptions options)
+    : LlamaModel(weights, backend,
+                 make_sequence_attention(backend, mesh, weights.config().num_attention_heads,
+                                         weights.config().num_key_value_heads, weights.config().head_dim),
+                 options) {}
+
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
                        StepOptions options)
     : w_(weights), be_(backend), options_(options), c_(weights.config()), attention_(std::move(attention)) {

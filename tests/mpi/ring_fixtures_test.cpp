@@ -11,6 +11,9 @@
 #include "io/model_folder.h"
 #include "mpi/mpi_test_main.h"
 #include "parallel/mesh.h"
+#include "test_util.h"
+#include "train/memory_plan.h"
+#include "train/step.h"
 
 namespace ulysses::test {
 namespace {
@@ -65,6 +68,54 @@ TEST(RingFixtures, DegreesThatDoNotDivideFailOnEveryRank) {
   const std::string dir = fixture_cases().front();
   // A ring degree that does not divide sp.
   EXPECT_THROW(run_fixture(dir, w, w.size(), StepOptions{}, w.size() + 1, false), Error);
+}
+
+// The memory plan counts the ring's attention working set per rank exactly: every rank's
+// measured pools equal the plan (which runs rank 0's step on simulated groups).
+TEST(RingMemory, PlanEqualsMeasuredOnEveryRank) {
+  Communicator& w = world();
+  if (w.size() == 1) GTEST_SKIP() << "needs at least 2 ranks";
+  ModelConfig c;
+  ASSERT_TRUE(named_model_config("tiny", &c));  // 4 heads, 2 kv heads
+  const int64_t S = 300;
+  std::vector<int> rings = {w.size()};
+  if (w.size() % 2 == 0 && w.size() > 2 && c.num_attention_heads % (w.size() / 2) == 0) rings.push_back(2);
+  for (int ring : rings) {
+    for (bool zigzag : {false, true}) {
+      for (bool checkpoint : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "ring " << ring << " of " << w.size() << (zigzag ? " zigzag" : "")
+                                        << (checkpoint ? " checkpoint + keep-attention" : ""));
+        StepOptions o;
+        o.checkpoint = o.keep_attention = checkpoint;
+        PlanRequest r;
+        r.config = c;
+        r.seq_len = S;
+        r.sp = w.size();
+        r.ring = ring;
+        r.zigzag = zigzag;
+        r.options = o;
+        r.documents = (S + 49) / 50;
+        const MemorySnapshot p = plan_step_memory(r);
+
+        ProcessMesh mesh(w, w.size(), ring, zigzag);
+        auto be = make_cpu_backend();
+        MemorySnapshot m;
+        {
+          LlamaWeights weights(c);
+          weights.init_random(*be, 1);
+          LlamaModel model(weights, *be, mesh, o);
+          const std::vector<SequenceShard> shards = local_shards(patterned_batch(S, c.vocab_size, 50), mesh);
+          be->pools().reset_peaks();
+          compute_loss_and_grads(model, weights, *be, mesh, shards);
+          m = MemorySnapshot::of(be->pools());
+        }
+        EXPECT_EQ(p.device.peak, m.device.peak) << "rank " << w.rank();
+        for (int i = 0; i < kNumPools; ++i) EXPECT_EQ(p.pools[i].peak, m.pools[i].peak) << pool_name(Pool(i));
+        for (int i = 0; i < kNumMemTags; ++i) EXPECT_EQ(p.tags[i].peak, m.tags[i].peak) << mem_tag_name(MemTag(i));
+        EXPECT_GT(p.peak(MemTag::Communication), 0u);  // the ring's K/V blocks are counted
+      }
+    }
+  }
 }
 
 }  // namespace
