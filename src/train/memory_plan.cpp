@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <cstdio>
 #include <sstream>
 
@@ -168,7 +169,9 @@ std::string memory_report(const MemorySnapshot& m, int64_t tokens, int64_t hidde
 
 int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, int64_t granularity) {
   ULY_CHECK(granularity > 0 && req.sp > 0, "max_sequence: granularity and sp must be positive");
-  const int64_t unit = granularity % req.sp == 0 ? granularity : granularity * req.sp;
+  // A multiple of the granularity and of what the token layout needs (sp, or lcm(sp, 2 ring) with zigzag).
+  const int64_t unit = std::lcm(granularity % req.sp == 0 ? granularity : granularity * req.sp,
+                                TokenLayout(req.sp, req.ring, req.zigzag).multiple());
   auto fits = [&](int64_t units) {
     req.seq_len = units * unit;
     req.documents = std::min<int64_t>(req.documents, req.seq_len);
