@@ -25,11 +25,22 @@ struct LlamaModel::KeptAttention {
 };
 
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options)
-    : w_(weights), be_(backend), sp_(sp_group), options_(options), c_(weights.config()) {
-  check_ulysses_degree(c_.num_attention_heads, c_.num_key_value_heads, sp_.size(), sp_.size());
+    : LlamaModel(weights, backend,
+                 make_sequence_attention(backend, sp_group, weights.config().num_attention_heads,
+                                         weights.config().num_key_value_heads, weights.config().head_dim),
+                 options) {}
+
+LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMesh& mesh, StepOptions options)
+    : LlamaModel(weights, backend,
+                 make_sequence_attention(backend, mesh, weights.config().num_attention_heads,
+                                         weights.config().num_key_value_heads, weights.config().head_dim),
+                 options) {}
+
+LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
+                       StepOptions options)
+    : w_(weights), be_(backend), options_(options), c_(weights.config()), attention_(std::move(attention)) {
   ULY_CHECK(options_.mlp_tiles >= 0, "--tiled-mlp must be >= 1 (or given without a value), got " << options_.mlp_tiles);
   ULY_CHECK(options_.loss_tile_tokens >= 0, "--tiled-loss must be >= 0, got " << options_.loss_tile_tokens);
-  attention_ = make_sequence_attention(be_, sp_, c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim);
   const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
   inv_freq_ = be_.empty({static_cast<int64_t>(inv.size())}, DType::F32);
   be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));

@@ -32,6 +32,20 @@ void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor
   staged(comm, backend, send, recv, [&](const void* s, void* r) { comm.all_to_all(s, r, count, send.dtype()); });
 }
 
+void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv, int source) {
+  ULY_CHECK(send.dtype() == recv.dtype(), "sendrecv: send " << send.describe() << " and recv " << recv.describe()
+                                                            << " differ in dtype");
+  const auto n = [](const Tensor& t) { return static_cast<size_t>(t.numel()); };
+  if (!needs_staging(comm, send)) {
+    comm.sendrecv(send.raw(), n(send), dest, recv.raw(), n(recv), source, send.dtype(), /*tag=*/7);
+    return;
+  }
+  Tensor hs = host_copy(backend, send);
+  Tensor hr = Tensor::empty(recv.shape(), recv.dtype(), backend.offload_allocator());
+  comm.sendrecv(hs.raw(), n(send), dest, hr.raw(), n(recv), source, send.dtype(), /*tag=*/7);
+  backend.copy(recv, hr);
+}
+
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t) {
   if (comm.size() == 1) return;
   const size_t count = static_cast<size_t>(t.numel());

@@ -53,6 +53,8 @@ keep_last: 0            # > 0: keep only the newest N checkpoints (never removin
 tokenizer: ""           # folder whose tokenizer/chat-template files go into every checkpoint's model/;
                         # default: the model folder's, else the tokenizer data.train was prepared with
 sp: 0                   # sequence-parallel degree; 0 = all ranks
+sp_ring: 1              # ring-attention degree inside sp (Ulysses degree = sp / sp_ring); sp_ring = sp: pure ring
+zigzag: false           # with sp_ring > 1: zigzag (dual-chunk) sharding balances causal work over the ring
 backend: cpu            # cpu or cuda
 dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
 comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
@@ -199,6 +201,7 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("skip_nonfinite", kStepCount),
       int_key("log_every", {1, kSteps.hi, "steps"}),
       int_key("sp", kSpDegree),
+      int_key("sp_ring", kRingDegree),
       int_key("memory.tiled_mlp", kMlpTiles),
       int_key("memory.tiled_loss", kLossTile),
       int_key("memory.offload_checkpoints", kOffloadLayers),
@@ -315,6 +318,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.keep_last = cfg["keep_last"];
   c.tokenizer = cfg["tokenizer"];
   c.sp = cfg["sp"];
+  c.sp_ring = cfg["sp_ring"];
+  c.zigzag = cfg["zigzag"];
   c.backend = cfg["backend"];
   c.dtype = cfg["dtype"];
   c.comm = cfg["comm"];

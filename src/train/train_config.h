@@ -50,6 +50,8 @@ struct TrainConfig {
   std::string tokenizer;                // folder of tokenizer files for the checkpoints (default: model's or data's)
 
   int sp = 0;  // 0 = all ranks in one sequence-parallel group
+  int sp_ring = 1;      // ring-attention degree inside the sequence-parallel group (parallel/mesh.h)
+  bool zigzag = false;  // zigzag token layout over the ring (parallel/token_layout.h)
   std::string backend = "cpu";
   std::string dtype = "bf16";  // on cuda: bf16 | fp32
   std::string comm = "mpi";    // mpi | nccl (see parallel/step_communicator.h)

@@ -150,12 +150,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                               cfg.dtype == "fp32" ? DType::F32 : DType::BF16)
           : make_cpu_backend();
   StepCommunicator comm(world, *backend, cfg.comm);
-  ProcessMesh mesh(comm.get(), cfg.sp);
+  ProcessMesh mesh(comm.get(), cfg.sp, cfg.sp_ring, cfg.zigzag);
   const ModelConfig mc = model_config_for(cfg);
   ULY_CHECK(cfg.seq_len % mesh.sp_size() == 0,
             "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
                             << "; choose a multiple of " << mesh.sp_size());
-  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.sp_size(), cfg.seq_len);
+  if (mesh.zigzag()) mesh.layout().check_length(cfg.seq_len, "data.seq_len");
+  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.ulysses_size(), cfg.seq_len);
   ULY_CHECK(cfg.batch_size % mesh.dp_size() == 0,
             "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
                           << " data-parallel groups; choose a multiple of " << mesh.dp_size());
@@ -166,6 +167,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.config = mc;
   plan.seq_len = cfg.seq_len;
   plan.sp = mesh.sp_size();
+  plan.ring = mesh.ring_size();
+  plan.zigzag = mesh.zigzag();
   plan.options = cfg.memory;
   plan.act_dtype = backend->act_dtype();
   plan.device = backend->device();
@@ -207,7 +210,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   AdamW optimizer(weights, *backend, oc);
   if (folder) optimizer.load_master(*folder);
 
-  const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size()};
+  const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size(), mesh.ring_size(),
+                           mesh.zigzag()};
   auto train =
       open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
   std::unique_ptr<BatchSource> val;
@@ -255,7 +259,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   }
   if (rank0) write_file_atomic((out_dir / "config.json").string(), cfg.as_json.dump(2) + "\n");
 
-  LlamaModel model(weights, *backend, mesh.sp(), cfg.memory);
+  LlamaModel model(weights, *backend, mesh, cfg.memory);
   const int64_t rows = cfg.batch_size * cfg.grad_accum;
   const bool recompute = cfg.memory.checkpoint;
   const StepFlops flops = step_flops(mc, std::vector<int64_t>(rows, cfg.seq_len), recompute);
