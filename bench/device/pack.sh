@@ -24,6 +24,9 @@ for l in libopenblas.so.0 libyaml-cpp.so.0.7 libgfortran.so.5 libquadmath.so.0; 
   cp -L "/usr/lib/x86_64-linux-gnu/$l" "$D/libs/"
 done
 tar -C "$D" -cJf "$D/libs.tar.xz" libs && rm -rf "$D/libs"
+# The binaries travel compressed too (the carry and the tree must stay under 64 MiB); the runner
+# unpacks build.tar.xz into .carry/ before the first case.
+tar -C "$D" -cf - build | xz -T2 -6 > "$D/build.tar.xz" && rm -rf "$D/build"
 # The ALST peer's packages (scripts/fetch-alst-wheels.sh), when fetched.
 [ -d .deps/alst-wheels ] && cp -r .deps/alst-wheels "$D/alst-wheels"
 du -sh "$D" "$D"/*

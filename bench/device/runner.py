@@ -159,6 +159,10 @@ def setup_environment():
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast is off on these machines (KINDS.md)
     os.environ.setdefault("OMP_NUM_THREADS", "4")
     libs = []
+    packed = os.path.join(REPO, ".carry", "build.tar.xz")  # the binaries, compressed by pack.sh
+    if os.path.isfile(packed) and not os.path.isdir(os.path.join(REPO, ".carry", "build")):
+        with tarfile.open(packed) as t:
+            t.extractall(os.path.join(REPO, ".carry"), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     carried = os.path.join(REPO, ".carry", "libs.tar.xz")  # shared libraries the GPU machine lacks (pack.sh)
     if os.path.isfile(carried):
         with tarfile.open(carried) as t:
