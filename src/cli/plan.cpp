@@ -27,6 +27,7 @@ std::string options_text(const StepOptions& o) {
   else if (o.checkpoint)
     s += "--checkpoint ";
   if (o.checkpoint && o.checkpoint_every > 1) s += "--checkpoint-every=" + std::to_string(o.checkpoint_every) + " ";
+  if (o.head_chunks > 1) s += "--head-chunks=" + std::to_string(o.head_chunks) + " ";
   if (o.keep_attention) s += "--keep-attention ";
   if (o.loss_tile_tokens > 0) s += "--tiled-loss ";
   if (o.mlp_tiles != 1) s += "--tiled-mlp ";
