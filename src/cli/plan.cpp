@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "io/model_folder.h"
+#include "parallel/sequence_attention.h"
 #include "train/memory_plan.h"
 
 namespace ulysses {
@@ -62,6 +63,21 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
       two_level.checkpoint_every = every;
       ladder.push_back(two_level);
     }
+  // Head-chunked attention on the offloaded two-level rungs: the most chunks (of 8, 4, 2) the heads allow.
+  for (int64_t chunks : {8, 4, 2}) {
+    try {
+      check_head_chunks(req.config.num_attention_heads, req.config.num_key_value_heads, req.sp, chunks);
+    } catch (const Error&) {
+      continue;
+    }
+    for (int64_t every : {1, 4}) {
+      StepOptions chunked = offload;
+      chunked.checkpoint_every = every;
+      chunked.head_chunks = chunks;
+      ladder.push_back(chunked);
+    }
+    break;
+  }
   std::cout << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
             << format_bytes(host_budget) << "\n";
