@@ -3,6 +3,7 @@
 // The exact memory plan of one training step, per pool, without running it
 // (and without a GPU or the ranks it describes); or the longest sequence that fits.
 #include <cstdio>
+#include <sstream>
 #include <iostream>
 
 #include "backend/backend.h"
@@ -36,11 +37,14 @@ std::string options_text(const StepOptions& o) {
   return s.empty() ? "(none)" : s;
 }
 
+}  // namespace
+
 // The longest sequence for the options given and for a ladder of the usual combinations,
 // then the plan of the longest. The search plans without asking the GPU (a cuDNN graph per
 // length would take minutes); the final plan asks it where there is one, stepping down while
 // cuDNN's workspace makes it miss.
-int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
+
+int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOptions& chosen, bool print) {
   // The CPU backend's "device" is this host's memory; a CUDA plan needs the GPU here or a figure.
   const size_t device_budget = gib_option(
       args, "memory-limit",
@@ -78,10 +82,15 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
     }
     break;
   }
-  std::cout << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
+  std::ostringstream os;
+  os << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
             << format_bytes(host_budget) << "\n";
-  std::printf("  %-72s %14s\n", "options", "max tokens");
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-72s %14s\n", "options", "max tokens");
+  os << line;
+  if (print) std::cout << os.str() << std::flush;
+  os.str("");
   PlanRequest search = req;
   search.runtime = nullptr;
   int64_t best = 0;
@@ -90,8 +99,10 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
     if (i > 0 && options_text(ladder[i]) == options_text(req.options)) continue;
     search.options = ladder[i];
     const int64_t n = max_sequence(search, device_budget, host_budget);
-    std::printf("  %-72s %14lld%s\n", (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(),
-                static_cast<long long>(n), n == 0 ? "  (not even 1024 tokens)" : "");
+    std::snprintf(line, sizeof line, "  %-72s %14lld%s\n",
+                  (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(), static_cast<long long>(n),
+                  n == 0 ? "  (not even 1024 tokens)" : "");
+    if (print) std::cout << line << std::flush;
     if (n > best) best = n, best_options = ladder[i];
   }
   ULY_CHECK(best > 0, "plan --max-seq: no option fits 1024 tokens in " << format_bytes(device_budget)
@@ -101,18 +112,18 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
     req.seq_len = best;
     const MemorySnapshot m = plan_step_memory(req);
     if ((m.device.peak <= device_budget && m.host.peak <= host_budget) || best <= 1024) {
-      std::cout << "max seq: " << best << " tokens with " << options_text(best_options) << "\n"
+      if (print)
+        std::cout << "max seq: " << best << " tokens with " << options_text(best_options) << "\n"
                 << memory_report(m, local_tokens(req), req.config.hidden_size);
       break;
     }
     best -= 1024;
   }
-  if (req.device == Device::CUDA && !runtime)
+  if (print && req.device == Device::CUDA && !runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's is known only on the GPU)\n";
-  return 0;
+  chosen = best_options;
+  return best;
 }
-
-}  // namespace
 
 int run_plan(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
@@ -153,7 +164,11 @@ int run_plan(int argc, char** argv) {
     }
   }
   req.runtime = runtime.get();
-  if (args.has("max-seq")) return print_max_seq(args, req, runtime.get());
+  if (args.has("max-seq")) {
+    StepOptions chosen;
+    find_max_seq(args, req, runtime.get(), chosen, /*print=*/true);
+    return 0;
+  }
   check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
