@@ -13,10 +13,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch-cudnn-frontend: downloading nvidia-cudnn-frontend $VERSION (headers only)"
-python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cudnn-frontend==$VERSION" >&2 ||
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$VERSION" >&2
-wheel=$(ls "$tmp"/nvidia_cudnn_frontend-*.whl | head -1)
+wheel=$(bash "$(dirname "$0")/download-wheel.sh" nvidia-cudnn-frontend "$VERSION" "$tmp")
 rm -rf "$DEST"
 mkdir -p "$DEST"
 python3 - "$wheel" "$DEST" <<'PY'

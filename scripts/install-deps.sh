@@ -34,9 +34,15 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "install-deps: note: nvcc is at /usr/local/cuda/bin but not on PATH; the Makefile adds it"
 fi
 
-# Python packages the command-line tests use to build malformed inputs
-# (numpy, safetensors); torch/transformers are only needed to regenerate fixtures.
-if ! python3 -c "import numpy, safetensors" >/dev/null 2>&1; then
-  echo "install-deps: installing numpy and safetensors (pip)"
-  python3 -m pip install -q numpy safetensors
+# Python packages the command-line tests use: numpy and safetensors to build malformed
+# inputs, pyarrow to write Parquet files (tests/cli/parquet_test.sh), tensorboard to read
+# the event files back (tests/cli/tensorboard_test.sh); torch/transformers and tokenizers
+# are only needed to regenerate fixtures. Those tests skip, saying so, without them.
+py_missing=()
+for m in numpy safetensors pyarrow tensorboard; do
+  python3 -c "import $m" >/dev/null 2>&1 || py_missing+=("$m")
+done
+if [ ${#py_missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${py_missing[*]} (pip)"
+  python3 -m pip install -q "${py_missing[@]}" || echo "install-deps: warning: pip could not install ${py_missing[*]}; the tests that need them will be skipped"
 fi

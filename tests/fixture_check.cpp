@@ -21,16 +21,19 @@ std::vector<std::string> fixture_cases() {
   return out;
 }
 
-FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, const StepOptions& options) {
+FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, const StepOptions& options, int ring,
+                          bool zigzag) {
   ModelFolder folder = ModelFolder::open(dir + "/model");
   TokenBatch batch = load_batch_file(dir + "/batch.safetensors", folder.config().vocab_size);
-  ProcessMesh mesh(world, sp);
-  check_ulysses_degree(folder.config().num_attention_heads, folder.config().num_key_value_heads, mesh.sp_size(),
-                       batch.S);
+  ProcessMesh mesh(world, sp, ring, zigzag);
+  const ModelConfig& c = folder.config();
+  check_ulysses_degree(c.num_attention_heads, c.num_key_value_heads, mesh.ulysses_size(), batch.S);
   auto backend = make_cpu_backend();
-  LlamaWeights weights(folder.config());
+  LlamaWeights weights(c);
   weights.load(folder, *backend);
-  LlamaModel model(weights, *backend, mesh.sp(), options);
+  LlamaModel model(weights, *backend,
+                   make_sequence_attention(*backend, mesh, c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+                   options);
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
 
   SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");

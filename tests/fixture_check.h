@@ -21,6 +21,8 @@ struct FixtureResult {
 };
 
 // The step over the case's whole batch on the given world (mesh dp × sp).
-FixtureResult run_fixture(const std::string& case_dir, Communicator& world, int sp, const StepOptions& options);
+// ring > 1: the hybrid mesh (Ulysses sp / ring × ring attention over ring), zigzag or not.
+FixtureResult run_fixture(const std::string& case_dir, Communicator& world, int sp, const StepOptions& options,
+                          int ring = 1, bool zigzag = false);
 
 }  // namespace ulysses::test

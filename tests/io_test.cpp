@@ -206,6 +206,14 @@ TEST_F(Malformed, ShorterThanEightBytes) {
   EXPECT_ERROR(SafetensorsFile::open(put("zero.safetensors", "")), "zero.safetensors", "0 bytes");
 }
 
+// Found by the fuzzer (tests/fuzz/safetensors_fuzz): a number too large for a double is an
+// out_of_range error of the JSON parser, not a parse_error; it must still be one clear line.
+TEST_F(Malformed, NumberOverflowInHeader) {
+  const std::string hdr = R"({"s": 1.0E99999999})";
+  EXPECT_ERROR(SafetensorsFile::open(put("overflow.safetensors", make_file(hdr, 0))), "overflow.safetensors",
+               "malformed JSON header");
+}
+
 TEST_F(Malformed, HeaderLengthLargerThanFile) {
   const std::string hdr = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   EXPECT_ERROR(SafetensorsFile::open(put("len.safetensors", make_file(hdr, 4, 1000))), "len.safetensors",

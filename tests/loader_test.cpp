@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include "comm/communicator.h"
 #include "expect_error.h"
@@ -197,6 +198,38 @@ TEST(Loader, RankSlicesConcatenateToTheFullRow) {
       }
     }
   }
+}
+
+// Ring layouts (zigzag, hybrid): each rank reads exactly the tokens shard_sequence gives it.
+TEST(Loader, RingLayoutsReadWhatShardSequenceGives) {
+  const std::string dir = test::temp_dir("loader_ring");
+  const std::string shard = write_shard(dir + "/a.tokens", make_docs(kLengths));
+  const int64_t S = 16;
+  for (auto [P, ring, zigzag] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {4, 4, true}, {4, 2, true}, {8, 4, true}, {2, 2, false}, {6, 3, false}}) {
+    const TokenLayout layout(P, ring, zigzag);
+    if (layout.zigzag() && S % layout.multiple() != 0) continue;
+    DataLoader full(options({shard}, S, true, 3));
+    const TokenBatch batch = full.next_batch(2);
+    std::vector<int32_t> padded(batch.positions.begin(), batch.positions.begin() + S);
+    for (int64_t g = S; g < layout.padded_length(S); ++g) padded.push_back(static_cast<int32_t>(g - S));
+    for (int64_t r = 0; r < P; ++r) {
+      SCOPED_TRACE(layout.describe() + " rank " + std::to_string(r));
+      DataLoader part(options({shard}, S, true, 3));
+      const auto shards = part.next_shards(2, r, layout);
+      auto sim = make_simulated_communicator(static_cast<int>(P), static_cast<int>(r));
+      const SequenceShard want = shard_sequence(batch, 0, *sim, layout);
+      EXPECT_EQ(shards[0].ids, want.ids);
+      EXPECT_EQ(shards[0].targets, want.targets);
+      EXPECT_EQ(shards[0].positions, want.positions);
+      EXPECT_EQ(shards[0].offset, want.offset);
+      EXPECT_EQ(shards[0].doc_start, document_starts(padded));  // the whole row's, in global order
+    }
+  }
+  // Zigzag with a length the chunks do not divide: the clear error, not padding.
+  DataLoader odd(options({shard}, 12, true, 3));
+  const std::string m = expect_error([&] { odd.next_shards(1, 0, TokenLayout(4, 4, true)); });
+  EXPECT_NE(m.find("--seq (seq_len) 12 is not a multiple of 8"), std::string::npos) << m;
 }
 
 TEST(Loader, LongDocumentMode) {

@@ -4,7 +4,10 @@
 // device pools flat as layers are added.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "comm/communicator.h"
+#include "test_util.h"
 #include "model/llama.h"
 #include "train/memory_plan.h"
 #include "train/step.h"
@@ -29,14 +32,7 @@ MemorySnapshot measure(const ModelConfig& c, int64_t S, const StepOptions& o) {
     LlamaWeights w(c);
     w.init_random(*backend, 1);
     LlamaModel model(w, *backend, mesh.sp(), o);
-    TokenBatch b;
-    b.B = 1;
-    b.S = S;
-    for (int64_t i = 0; i < S; ++i) {
-      b.ids.push_back(static_cast<int32_t>((i * 7 + 3) % c.vocab_size));
-      b.targets.push_back(static_cast<int32_t>((i * 5 + 1) % c.vocab_size));
-      b.positions.push_back(static_cast<int32_t>(i % 50));  // documents of 50 tokens
-    }
+    const TokenBatch b = patterned_batch(S, c.vocab_size, 50);  // documents of 50 tokens
     backend->pools().reset_peaks();
     compute_loss_and_grads(model, w, *backend, mesh, b);
     out = MemorySnapshot::of(backend->pools());
@@ -195,6 +191,29 @@ TEST(MemoryPlan, PlanForUnsplittableDegreeFails) {
 // The longest sequence that fits a budget is exactly the one whose plan meets it: the budget
 // set to the plan of 4096 tokens gives 4096 (plans grow with the length), one step less gives
 // less, and a budget under the shortest sequence's plan gives 0.
+// Ring attention's buffers are in the plan (its K/V blocks are communication buffers), and
+// --max-seq only proposes lengths the zigzag layout can split.
+TEST(MemoryPlan, RingPlansCountTheRingAndKeepZigzagLengths) {
+  PlanRequest r;
+  r.config = small_config(2);
+  r.seq_len = 1024;
+  r.sp = 4;
+  const MemorySnapshot ulysses = plan_step_memory(r);
+  r.ring = 4;
+  const MemorySnapshot ring = plan_step_memory(r);
+  r.zigzag = true;
+  const MemorySnapshot zigzag = plan_step_memory(r);
+  // Pure ring: no all-to-all buffers, but two K/V blocks and two fp32 dK/dV blocks of 256 tokens.
+  const size_t kv_block = size_t(256) * r.config.num_key_value_heads * r.config.head_dim * 2 * 4;
+  EXPECT_GE(ring.peak(MemTag::Communication), 2 * kv_block + 2 * kv_block);
+  EXPECT_NE(ring.device.peak, ulysses.device.peak);
+  EXPECT_EQ(zigzag.peak(MemTag::Communication), ring.peak(MemTag::Communication));
+  EXPECT_LE(zigzag.device.peak, ring.device.peak);  // half-size block partials
+  const int64_t n = max_sequence(r, zigzag.device.peak, std::numeric_limits<size_t>::max(), 12);
+  EXPECT_GE(n, 1000);
+  EXPECT_EQ(n % 24, 0) << n;  // lcm(12, lcm(sp 4, 2 x ring 4))
+}
+
 TEST(MemoryPlan, MaxSequenceIsTheLongestThatFits) {
   PlanRequest r;
   r.config = small_config(2);

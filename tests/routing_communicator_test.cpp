@@ -36,6 +36,7 @@ class Counting final : public Communicator {
   void broadcast(void* b, size_t n, DType t, int root) override { ++*calls_, self_->broadcast(b, n, t, root); }
   void send(const void*, size_t, DType, int, int) override { ++*calls_; }
   void recv(void*, size_t, DType, int, int) override { ++*calls_; }
+  void sendrecv(const void*, size_t, int, void*, size_t, int, DType, int) override { ++*calls_; }
   void barrier() override { ++*calls_; }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<Counting>(name_, calls_); }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }

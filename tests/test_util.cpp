@@ -46,6 +46,18 @@ std::vector<float> random_vector_f(size_t n, uint64_t seed, double lo, double hi
   return std::vector<float>(d.begin(), d.end());
 }
 
+TokenBatch patterned_batch(int64_t S, int64_t vocab, int64_t doc_len) {
+  TokenBatch b;
+  b.B = 1;
+  b.S = S;
+  for (int64_t i = 0; i < S; ++i) {
+    b.ids.push_back(static_cast<int32_t>((i * 7 + 3) % vocab));
+    b.targets.push_back(static_cast<int32_t>((i * 5 + 1) % vocab));
+    b.positions.push_back(static_cast<int32_t>(i % doc_len));
+  }
+  return b;
+}
+
 std::string source_dir() {
 #ifdef ULYSSES_SOURCE_DIR
   return ULYSSES_SOURCE_DIR;

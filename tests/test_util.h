@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/batch.h"
 
 namespace ulysses::test {
 
@@ -20,6 +21,9 @@ double rel_error(const Tensor& a, const Tensor& ref);  // any float dtypes, same
 
 std::vector<double> random_vector(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0);
 std::vector<float> random_vector_f(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0);
+
+// One row of S tokens packed in documents of doc_len tokens; ids and targets a fixed pattern.
+TokenBatch patterned_batch(int64_t S, int64_t vocab, int64_t doc_len);
 
 std::string source_dir();   // the repository root
 std::string fixtures_dir();  // <root>/fixtures

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Small byte-level BPE tokenizers and reference encodings, built with the
-Hugging Face `tokenizers` package (no downloads), for tests/tokenizer_test.cpp.
+"""Small BPE tokenizers and reference encodings, built with the Hugging Face
+`tokenizers` package (no downloads), for tests/tokenizer_test.cpp.
 
 Each tokenizer is trained here with BpeTrainer on a bundled text, then written as
 <out>/<name>/tokenizer.json with <out>/<name>/cases.jsonl, one JSON object a line:
@@ -17,6 +17,15 @@ Styles:
           merge reaches, so ignore_merges changes the result on the cases that use them.
   gpt2    ByteLevel(use_regex=true) pre-tokenizer (the GPT-2 regex), <|endoftext|>,
           a non-special added token and an lstrip special token; merges as [a, b] pairs.
+  qwen2   NFC normalizer, Split(Llama 3 regex with single digits) + ByteLevel, <|im_start|> etc.
+  SentencePiece-style BPE (one vocabulary trained with a Metaspace pre-tokenizer, the
+  256 <0xNN> byte tokens after <unk> <s> </s>, byte_fallback and fuse_unk, a limited
+  alphabet so that rare characters fall back to bytes), in three dressings:
+  llama2    normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer (the legacy
+            Llama 2 file), decoder Replace + ByteFallback + Fuse + Strip, "<s> $A",
+            a non-special added token matched in the normalized text
+  mistral   Metaspace(prepend_scheme "first", split false), the same decoder, [INST] tokens
+  nfkc      NFKC normalizer, Metaspace(prepend_scheme "always", split true), Metaspace decoder
 
   python3 tools/make_tokenizer_fixtures.py --out fixtures/tokenizers        # committed set
   python3 tools/make_tokenizer_fixtures.py --out /tmp/tk --random-texts 300 --seed 3
@@ -30,7 +39,8 @@ import os
 import random
 import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -119,6 +129,15 @@ CASES = [
     "$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$$",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     TRAIN_TEXT[:600],
+    # Unicode normalization: composed/decomposed pairs, canonical reordering, compatibility forms.
+    "Ame\u0301lie, Ame\u0301lie, A\u030angstro\u0308m \u212b \u2126 \u1e9b\u0323 q\u0307\u0323 e\u0323\u0302",
+    "\ufb01ne \ufb02ow \u2460\u2461 \uff21\uff22\uff23\uff11\uff12 \u3300 \u00bd \u2075 \u33a1 \u2163",
+    "\u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u1173\u11af \uac00\u11a8 \u304b\u3099 \u30cf\u309a \uff76\uff9e",
+    "\u0915\u093c \u0928\u093c \u0627\u0653 \u05d1\u05bc \u0e40\u0e01\u0e47 \u00e9\u0301 \u0301\u0300a",
+    "  two  spaces  \u2581 already \u2581\u2581 marked ",
+    "<s>inside</s> [INST] hi [/INST] <unk> <0x41> \u2581<s>",
+    "a \u03a9mega b x\u03a9mega  \u03a9mega\u03a9mega <custom>",
+    "Tokyo \u6771\u4eac \U0001f600 \U0001f9d1\u200d\U0001f4bb rare \u16a0\u16a2 \u0f00 \U0001d11e",
 ]
 
 # Characters to draw random texts from.
@@ -194,6 +213,83 @@ def build_gpt2(vocab_size=600, texts=None, add_prefix_space=False, ignore_merges
     return j
 
 
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def build_qwen2(vocab_size=700, texts=None):
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok = train(pre, vocab_size, texts or training_texts(), False)
+    tok.normalizer = normalizers.NFC()
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    return json.loads(tok.to_str())
+
+
+SP_SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+def train_sentencepiece_style(vocab_size=900, texts=None, limit_alphabet=120):
+    """A SentencePiece-style BPE vocabulary: <unk> <s> </s>, the 256 byte tokens, then the trained ones."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SP_SPECIALS, limit_alphabet=limit_alphabet,
+                                  show_progress=False)
+    tok.train_from_iterator(texts or training_texts(), trainer)
+    j = json.loads(tok.to_str())
+    old = sorted(j["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {t: i for i, t in enumerate(SP_SPECIALS)}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for t, _ in old:
+        if t not in vocab:
+            vocab[t] = len(vocab)
+    j["model"]["vocab"] = vocab
+    j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    for a in j["added_tokens"]:
+        a["id"] = vocab[a["content"]]
+    return j
+
+
+def sentencepiece_tokenizer(base, normalizer, pre_tokenizer, decoder, extra=None):
+    tok = Tokenizer.from_str(json.dumps(base))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoder
+    for t in extra or []:
+        if t.special:
+            tok.add_special_tokens([t])
+        else:
+            tok.add_tokens([t])
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1",
+                                                       special_tokens=[("<s>", bos)])
+    j = json.loads(tok.to_str())
+    if pre_tokenizer is None:
+        j["pre_tokenizer"] = None
+    return j
+
+
+def llama2_decoder():
+    return decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                              decoders.Strip(" ", 1, 0)])
+
+
+def build_sentencepiece_family(base):
+    llama2 = sentencepiece_tokenizer(
+        base, normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]), None,
+        llama2_decoder(), [AddedToken("\u03a9mega", special=False, normalized=True)])
+    mistral = sentencepiece_tokenizer(
+        base, None, pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False),
+        llama2_decoder(), [AddedToken("[INST]", special=True), AddedToken("[/INST]", special=True)])
+    nfkc = sentencepiece_tokenizer(
+        base, normalizers.NFKC(), pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True),
+        decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True))
+    return {"llama2": llama2, "mistral": mistral, "nfkc": nfkc}
+
+
 def random_texts(rng, n):
     out = []
     for _ in range(n):
@@ -217,7 +313,8 @@ def write_fixture(out_dir, name, tok_json, texts, rng):
             lines.append({"text": text, "add_special_tokens": add, "ids": ids,
                           "decoded": tok.decode(ids, skip_special_tokens=False)})
     for text in texts:
-        lines.append({"pretokenize": text, "pieces": [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]})
+        if tok.pre_tokenizer is not None:
+            lines.append({"pretokenize": text, "pieces": [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)]})
     # Decoding: round trips, special tokens skipped or not, partial UTF-8 sequences, added tokens.
     specials = [t["id"] for t in tok_json["added_tokens"]]
     for _ in range(40):
@@ -242,13 +339,20 @@ def main():
     rng = random.Random(a.seed)
     texts = CASES + random_texts(rng, a.random_texts)
     if a.seed == 0:
-        llama3, gpt2 = build_llama3(), build_gpt2()
+        built = {"llama3": build_llama3(), "gpt2": build_gpt2(), "qwen2": build_qwen2()}
+        built.update(build_sentencepiece_family(train_sentencepiece_style()))
     else:
         trng = random.Random(a.seed * 7919)
-        llama3 = build_llama3(trng.randint(300, 1200), training_texts(trng), trng.random() < 0.3, trng.random() < 0.7)
-        gpt2 = build_gpt2(trng.randint(300, 1200), training_texts(trng), trng.random() < 0.3, trng.random() < 0.3)
-    write_fixture(a.out, "llama3", llama3, texts, rng)
-    write_fixture(a.out, "gpt2", gpt2, texts, rng)
+        built = {
+            "llama3": build_llama3(trng.randint(300, 1200), training_texts(trng), trng.random() < 0.3,
+                                   trng.random() < 0.7),
+            "gpt2": build_gpt2(trng.randint(300, 1200), training_texts(trng), trng.random() < 0.3, trng.random() < 0.3),
+            "qwen2": build_qwen2(trng.randint(300, 1200), training_texts(trng)),
+        }
+        built.update(build_sentencepiece_family(
+            train_sentencepiece_style(trng.randint(400, 1500), training_texts(trng), trng.randint(60, 200))))
+    for name, tok_json in built.items():
+        write_fixture(a.out, name, tok_json, texts, rng)
 
 
 if __name__ == "__main__":

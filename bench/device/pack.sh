@@ -7,6 +7,13 @@
 set -euo pipefail
 B=${1:-build-gpu}
 D=.carry
+# The Parquet reader's libraries (60 MB, .deps/pyarrow) would not fit the carry, and the GPU
+# machine does not prepare data: build for it with -DULYSSES_PARQUET=OFF.
+if readelf -d "$B/ulysses" | grep -q 'NEEDED.*lib\(arrow\|parquet\)\.so'; then
+  echo "pack: $B/ulysses links libarrow/libparquet (prepare's Parquet reader); configure the GPU build with" \
+       "-DULYSSES_PARQUET=OFF (cmake -S . -B $B -DULYSSES_PARQUET=OFF) and build again" >&2
+  exit 1
+fi
 rm -rf "$D"
 mkdir -p "$D/build/tests" "$D/libs"
 cp "$B/ulysses" "$D/build/"

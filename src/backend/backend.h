@@ -132,10 +132,32 @@ class Backend {
   void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                           const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Documents& docs, double scale);
+  // Block-offset form, for ring attention: q, out: [Sq, H, d] are the row's tokens q0 .. q0 + Sq - 1;
+  // k, v: [Sk, Hkv, d] its tokens k0 .. k0 + Sk - 1; docs: the whole row's documents (they cover
+  // q0 + Sq and k0 + Sk tokens at least); lse: [H, Sq]. Query q0 + i sees key k0 + j when both lie
+  // in one document and k0 + j <= q0 + i; a row that sees no key of the block gets out = 0 and
+  // lse = -inf. The backward takes the rows' merged out and lse (over all their keys) and writes
+  // the block's share of dq: [Sq, H, d] and dk, dv: [Sk, Hkv, d].
+  void attention_forward_block(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Documents& docs, int64_t q0, int64_t k0, double scale);
+  void attention_backward_block(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Documents& docs, int64_t q0, int64_t k0, double scale);
+  // Log-sum-exp merge of a block's out: [S, H, d] and lse: [H, S] into the running acc: [S, H, d]
+  // and acc_lse: [H, S] of the same rows, both in the accumulator dtype of out's (float32 on
+  // CUDA, so bf16 partial results are merged in fp32); acc_lse = -inf marks an empty row.
+  void attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse);
   // Scratch memory one attention call of this shape takes from the Working pool while it
   // runs (and gives back before it returns): the backend's own answer, so that the memory
   // planner counts what the kernels chosen for the call really take.
   virtual size_t attention_workspace_bytes(const AttentionShape& shape, bool backward) {
+    (void)shape;
+    (void)backward;
+    return 0;
+  }
+  // The same for the block-offset form (shape.S = Sq, the query rows); backends whose
+  // fused-attention library does not take offsets answer for their own kernels.
+  virtual size_t attention_block_workspace_bytes(const AttentionShape& shape, bool backward) {
     (void)shape;
     (void)backward;
     return 0;
@@ -193,6 +215,14 @@ class Backend {
   virtual void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                                        const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Documents& docs, double scale) = 0;
+  virtual void attention_forward_block_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Documents& docs, int64_t q0, int64_t k0,
+                                            double scale) = 0;
+  virtual void attention_backward_block_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                             const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                             const Tensor& v, const Documents& docs, int64_t q0, int64_t k0,
+                                             double scale) = 0;
+  virtual void attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) = 0;
   virtual void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) = 0;
   virtual void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
                                     const Tensor& up) = 0;

@@ -106,34 +106,65 @@ std::pair<int64_t, int64_t> rows_of(const OpCheck& c, const Tensor& x, const cha
   return {D == 0 ? 0 : x.numel() / D, D};
 }
 
-// q [S, H, d], k and v [S, Hkv, d] of one data dtype, H a multiple of Hkv; the documents of the S tokens.
-AttentionShape attention_shape(const OpCheck& c, const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Documents& docs) {
+// q [Sq, H, d], k and v [Sk, Hkv, d] of one data dtype, H a multiple of Hkv; the documents set.
+AttentionShape attention_tensors(const OpCheck& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Documents& docs) {
   c.data(q, "q");
   c.same_dtype(k, q, "k", "q");
   c.same_dtype(v, q, "v", "q");
   c.ndim(q, 3, "q", "[S, H, d]");
   c.ndim(k, 3, "k", "[S, Hkv, d]");
   AttentionShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest};
-  c.shape(k, {a.S, a.Hkv, a.d}, "k");
-  c.shape(v, {a.S, a.Hkv, a.d}, "v");
+  c.shape(v, k.shape(), "v");
+  ULY_CHECK(k.dim(2) == a.d, c.op() << ": k " << k.describe() << " and q " << q.describe() << " must have one head_dim");
   ULY_CHECK(a.Hkv > 0 && a.H % a.Hkv == 0, c.op() << ": query heads H=" << a.H << " (q " << q.describe()
                                                   << ") must be a multiple of key/value heads Hkv=" << a.Hkv << " (k "
                                                   << k.describe() << ")");
   ULY_CHECK(docs.doc_start.defined() && docs.bounds.defined(),
             c.op() << ": the documents are not set (no doc_start or bounds; make them with make_documents)");
   c.dtype(docs.doc_start, DType::I32, "doc_start");
-  c.shape(docs.doc_start, {a.S}, "doc_start");
   c.dtype(docs.bounds, DType::I32, "document bounds");
   c.shape(docs.bounds, {docs.count + 1}, "document bounds");
+  return a;
+}
+
+// The full form: q [S, H, d], k and v [S, Hkv, d]; the documents of the S tokens.
+AttentionShape attention_shape(const OpCheck& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Documents& docs) {
+  const AttentionShape a = attention_tensors(c, q, k, v, docs);
+  c.shape(k, {a.S, a.Hkv, a.d}, "k");
+  c.shape(docs.doc_start, {a.S}, "doc_start");
   ULY_CHECK(docs.count >= (a.S > 0 ? 1 : 0) && docs.longest <= a.S,
             c.op() << ": " << docs.count << " documents, the longest of " << docs.longest << " tokens, in " << a.S);
+  return a;
+}
+
+// The block form: q [Sq, H, d] at row offset q0, k and v [Sk, Hkv, d] at k0, inside the documents' row.
+AttentionShape attention_block_shape(const OpCheck& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Documents& docs, int64_t q0, int64_t k0) {
+  const AttentionShape a = attention_tensors(c, q, k, v, docs);
+  const int64_t Sq = q.dim(0), Sk = k.dim(0), S = docs.tokens();
+  ULY_CHECK(q0 >= 0 && k0 >= 0 && q0 + Sq <= S && k0 + Sk <= S,
+            c.op() << ": query rows [" << q0 << ", " << q0 + Sq << ") and key rows [" << k0 << ", " << k0 + Sk
+                   << ") must lie in the documents' row of " << S << " tokens");
   return a;
 }
 
 void attention_lse(const OpCheck& c, const Tensor& lse, const Tensor& q, const AttentionShape& a) {
   c.accumulator(lse, q.dtype(), "lse");
   c.shape(lse, {a.H, a.S}, "lse");
+}
+
+// The backward's outputs and inputs beside q, k, v: shaped like them, lse [H, S] as the forward's.
+void attention_gradients(const OpCheck& c, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                         const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionShape& a) {
+  c.like(out, q, "out", "q");
+  c.like(dout, q, "dout", "q");
+  c.like(dq, q, "dq", "q");
+  c.like(dk, k, "dk", "k");
+  c.like(dv, v, "dv", "v");
+  attention_lse(c, lse, q, a);
 }
 
 // x, out: [N, H, d] (d even); pos: [N] int32; inv_freq: [d/2] float32.
@@ -247,13 +278,38 @@ void Backend::attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tenso
                                  const Documents& docs, double scale) {
   const OpCheck c(*this, "attention_backward");
   const AttentionShape a = attention_shape(c, q, k, v, docs);
-  c.like(out, q, "out", "q");
-  c.like(dout, q, "dout", "q");
-  c.like(dq, q, "dq", "q");
-  c.like(dk, k, "dk", "k");
-  c.like(dv, v, "dv", "v");
-  attention_lse(c, lse, q, a);
+  attention_gradients(c, dq, dk, dv, dout, out, lse, q, k, v, a);
   attention_backward_impl(dq, dk, dv, dout, out, lse, q, k, v, docs, scale);
+}
+
+void Backend::attention_forward_block(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Documents& docs, int64_t q0, int64_t k0, double scale) {
+  const OpCheck c(*this, "attention_forward_block");
+  const AttentionShape a = attention_block_shape(c, q, k, v, docs, q0, k0);
+  c.like(out, q, "out", "q");
+  attention_lse(c, lse, q, a);
+  attention_forward_block_impl(out, lse, q, k, v, docs, q0, k0, scale);
+}
+
+void Backend::attention_backward_block(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                       const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Documents& docs, int64_t q0, int64_t k0, double scale) {
+  const OpCheck c(*this, "attention_backward_block");
+  const AttentionShape a = attention_block_shape(c, q, k, v, docs, q0, k0);
+  attention_gradients(c, dq, dk, dv, dout, out, lse, q, k, v, a);
+  attention_backward_block_impl(dq, dk, dv, dout, out, lse, q, k, v, docs, q0, k0, scale);
+}
+
+void Backend::attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) {
+  const OpCheck c(*this, "attention_merge");
+  const DType dt = c.data(out, "out");
+  c.ndim(out, 3, "out", "[S, H, d]");
+  c.accumulator(acc, dt, "acc");
+  c.shape(acc, out.shape(), "acc");
+  c.accumulator(lse, dt, "lse");
+  c.shape(lse, {out.dim(1), out.dim(0)}, "lse");
+  c.like(acc_lse, lse, "acc_lse", "lse");
+  attention_merge_impl(acc, acc_lse, out, lse);
 }
 
 void Backend::swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) {

@@ -40,6 +40,13 @@ class PlanningBackend final : public Backend {
     return act_ == DType::F32 ? cuda_attention_f32_backward_workspace_bytes(s.S, s.H)
                               : cuda_attention_backward_workspace_bytes(s.S, s.H, s.d);
   }
+  // The block form runs our own kernels on CUDA (cuDNN takes no offsets).
+  size_t attention_block_workspace_bytes(const AttentionShape& s, bool backward) override {
+    if (runtime_) return runtime_->attention_block_workspace_bytes(s, backward);
+    if (device_ != Device::CUDA || !backward) return 0;
+    return act_ == DType::F32 ? cuda_attention_f32_backward_workspace_bytes(s.S, s.H)
+                              : cuda_attention_backward_workspace_bytes(s.S, s.H, s.d);
+  }
 
  protected:
   void zero_impl(Tensor&) override {}
@@ -58,6 +65,16 @@ class PlanningBackend final : public Backend {
                                const Tensor& k, const Tensor&, const Documents& docs, double) override {
     take_workspace(q, k, docs, true);
   }
+  void attention_forward_block_impl(Tensor&, Tensor&, const Tensor& q, const Tensor& k, const Tensor&,
+                                    const Documents& docs, int64_t, int64_t, double) override {
+    take_workspace(q, k, docs, false, true);
+  }
+  void attention_backward_block_impl(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor& q, const Tensor& k, const Tensor&, const Documents& docs, int64_t,
+                                     int64_t, double) override {
+    take_workspace(q, k, docs, true, true);
+  }
+  void attention_merge_impl(Tensor&, Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_forward_impl(Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void cross_entropy_forward_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
@@ -69,9 +86,10 @@ class PlanningBackend final : public Backend {
 
  private:
   // The backend takes its workspace for the call only: taken and given back here too.
-  void take_workspace(const Tensor& q, const Tensor& k, const Documents& docs, bool backward) {
+  void take_workspace(const Tensor& q, const Tensor& k, const Documents& docs, bool backward, bool block = false) {
     const AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest};
-    const size_t ws = attention_workspace_bytes(shape, backward);
+    const size_t ws =
+        block ? attention_block_workspace_bytes(shape, backward) : attention_workspace_bytes(shape, backward);
     if (ws > 0) (void)empty({static_cast<int64_t>(ws)}, DType::U8);
   }
 

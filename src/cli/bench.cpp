@@ -61,13 +61,16 @@ int run_bench(int argc, char** argv, Communicator& world) {
 
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
   StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
-  ProcessMesh mesh(comm.get(), sp_degree_from(args));
-  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), S);
+  ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
+  if (mesh.zigzag()) mesh.layout().check_length(S, "--seq");
+  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), S);
   StepOptions options = step_options_from(args);
   PlanRequest found;  // --find-max-seq: the plan the measured steps confirm
   if (find_max) {
     found.config = config;
     found.sp = mesh.sp_size();
+    found.ring = mesh.ring_size();
+    found.zigzag = mesh.zigzag();
     found.options = options;
     found.act_dtype = backend->act_dtype();
     found.device = backend->device();
@@ -75,14 +78,17 @@ int run_bench(int argc, char** argv, Communicator& world) {
     found.runtime = backend.get();
     S = find_max_seq(args, found, backend.get(), options, world.rank() == 0);
     check_tokens_fit_host("bench: a step", S, host_memory_available());
+    if (mesh.zigzag()) mesh.layout().check_length(S, "--find-max-seq's length");
   }
-  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize)) return 0;
+  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize, mesh.ring_size(),
+                            mesh.zigzag()))
+    return 0;
 
   LlamaWeights weights(config);
   weights.init_random(*backend, 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{});
-  LlamaModel model(weights, *backend, mesh.sp(), options);
+  LlamaModel model(weights, *backend, mesh, options);
 
   TokenBatch batch;
   batch.B = B;
@@ -128,7 +134,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
   const MemorySnapshot mem = MemorySnapshot::of(backend->pools());
   nlohmann::json j = {
       {"model_layers", config.num_hidden_layers}, {"hidden", config.hidden_size}, {"seq_len", S}, {"batch", B},
-      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"backend", backend->name()}, {"comm", comm.get().name()},
+      {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"sp_ring", mesh.ring_size()}, {"zigzag", mesh.zigzag()},
+      {"backend", backend->name()}, {"comm", comm.get().name()},
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
@@ -137,7 +144,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},
       {"peak_host_pool_bytes", mem.host.peak},
-      {"working_coefficient", working_coefficient(mem, (S + mesh.sp_size() - 1) / mesh.sp_size(), config.hidden_size)}};
+      {"working_coefficient",
+       working_coefficient(mem, mesh.layout().padded_length(S) / mesh.sp_size(), config.hidden_size)}};
   if (profiling) j["profile"] = profile.json();
   if (world.rank() == 0) {
     std::printf("%-28s %s\n", "step time (median)", (std::to_string(t) + " s").c_str());

@@ -8,6 +8,7 @@ namespace ulysses {
 int run_loss_grad(int argc, char** argv, Communicator& world);
 int run_plan(int argc, char** argv);
 int run_bench(int argc, char** argv, Communicator& world);
+int run_comm_bench(int argc, char** argv, Communicator& world);
 int run_train(int argc, char** argv, Communicator& world);
 int run_prepare(int argc, char** argv);
 int run_tokenize(int argc, char** argv);

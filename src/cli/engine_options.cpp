@@ -17,6 +17,11 @@ std::vector<OptionSpec> engine_option_specs() {
       {"dtype", true, false, "compute dtype on cuda: bf16 (default) or fp32 (to check against float64 references); "
                              "the cpu backend is fp32 only"},
       {"sp", true, false, "sequence-parallel degree (default: all ranks); dp = ranks / sp"},
+      {"sp-ring", true, false, "ring-attention degree R inside the sequence-parallel group: Ulysses all-to-all "
+                               "inside groups of sp / R ranks, K/V passed around a ring of R groups (default 1; "
+                               "R = sp is pure ring attention, which no head count limits)"},
+      {"zigzag", false, false, "with --sp-ring: zigzag (dual-chunk) sharding, so that every ring rank does the "
+                               "same causal work (the sequence must divide by 2 × R)"},
       {"comm", true, false, "mpi (default: device tensors staged through host memory; ranks may share a GPU) or "
                             "nccl (device buffers on NCCL; cuda backend, one GPU per rank)"},
       {"tiled-mlp", true, true, "run the MLP over N sequence tiles (default N = ceil(local tokens / hidden))"},
@@ -101,6 +106,16 @@ ModelConfig model_config_from(const Args& args, const std::string& command) {
   return config;
 }
 
+int ring_degree_from(const Args& args) {
+  return static_cast<int>(args.get_int("sp-ring", 1, limits::kRingDegree));
+}
+
+bool zigzag_from(const Args& args) {
+  ULY_CHECK(!args.has("zigzag") || args.has("sp-ring"),
+            "--zigzag balances causal work over a ring of ranks; add --sp-ring R (R > 1)");
+  return args.has("zigzag");
+}
+
 int sp_degree_from(const Args& args) {
   // Absent: all ranks (0 to the mesh). Given: a degree, at least 1.
   return static_cast<int>(args.get_int("sp", 0, IntRange{1, limits::kSpDegree.hi, "omit --sp for all ranks"}));
@@ -115,11 +130,13 @@ bool keep_attention_auto(const Args& args) {
 }
 
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           StepOptions& options, bool with_optimizer) {
+                           StepOptions& options, bool with_optimizer, int ring, bool zigzag) {
   PlanRequest req;
   req.config = config;
   req.seq_len = seq_len;
   req.sp = sp;
+  req.ring = ring;
+  req.zigzag = zigzag;
   req.options = options;
   req.act_dtype = backend.act_dtype();
   req.device = backend.device();
@@ -141,7 +158,9 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   }
   const MemorySnapshot plan = plan_step_memory(req);
   if (args.has("dry-run")) {
-    std::cout << "memory plan: sequence " << seq_len << ", sp " << sp << ", backend " << backend.name() << "\n"
+    std::cout << "memory plan: sequence " << seq_len << ", sp " << sp
+              << (ring > 1 ? " (ring " + std::to_string(ring) + (zigzag ? ", zigzag)" : ")") : "") << ", backend "
+              << backend.name() << "\n"
               << memory_report(plan, local_tokens(req), config.hidden_size);
     return true;
   }

@@ -20,6 +20,8 @@ DType act_dtype_from(const Args& args);
 // The backend; on cuda each rank takes GPU (node-local rank) % (visible GPUs).
 std::unique_ptr<Backend> backend_from(const Args& args, int world_rank);
 int sp_degree_from(const Args& args);  // 0 = all ranks
+int ring_degree_from(const Args& args);  // --sp-ring R (default 1)
+bool zigzag_from(const Args& args);      // --zigzag
 // --model DIR (its config.json) or --shape NAME, then --layers N if given.
 ModelConfig model_config_from(const Args& args, const std::string& command);
 
@@ -31,7 +33,7 @@ bool keep_attention_auto(const Args& args);
 // With checkpoints and --keep-attention auto, turns options.keep_attention on
 // when the plan with it fits. Returns true when the command should stop after the dry run.
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           StepOptions& options, bool with_optimizer = false);
+                           StepOptions& options, bool with_optimizer = false, int ring = 1, bool zigzag = false);
 
 // plan --max-seq and bench --find-max-seq (cli/plan.cpp): the longest sequence whose plan fits the
 // device budget (--memory-limit GiB, or what `runtime` has free) and the host budget

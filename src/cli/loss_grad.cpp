@@ -39,22 +39,23 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
 
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
   StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
-  ProcessMesh mesh(comm.get(), sp_degree_from(args));
-  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.sp_size(), batch.S);
+  ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
+  check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), batch.S);
   StepOptions options = step_options_from(args);
-  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options)) return 0;
+  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options,
+                            false, mesh.ring_size(), mesh.zigzag())) return 0;
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 
   LlamaWeights weights(config);
   weights.load(folder, *backend);
-  LlamaModel model(weights, *backend, mesh.sp(), options);
+  LlamaModel model(weights, *backend, mesh, options);
   backend->pools().reset_peaks();
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
   if (args.has("memory-report") && world.rank() == 0)
     std::cout << "measured memory (rank 0):\n"
-              << memory_report(MemorySnapshot::of(backend->pools()), (batch.S + mesh.sp_size() - 1) / mesh.sp_size(),
-                               config.hidden_size);
+              << memory_report(MemorySnapshot::of(backend->pools()),
+                               mesh.layout().padded_length(batch.S) / mesh.sp_size(), config.hidden_size);
 
   // Non-finite results are refused rather than written (every rank holds the same reduced values).
   std::vector<std::string> bad;

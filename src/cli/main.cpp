@@ -26,6 +26,7 @@ const char* kUsage =
     "  generate    text from a model folder or checkpoint (greedy or sampled, KV cache)\n"
     "  bench       time training steps (step time, tokens/s, TFLOPS, MFU, memory)\n"
     "  plan        the exact memory plan of a training step, per pool, without running it\n"
+    "  comm-bench  the step's collectives alone: time, algorithm and bus bandwidth per size\n"
     "\n"
     "Run 'ulysses <command> --help' for a command's options. Launch several ranks with\n"
     "mpirun -np P (see docs/launching.md).\n";
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::unique_ptr<Communicator> world;
   try {
-    if (command == "train" || command == "loss-grad" || command == "bench") {
+    if (command == "train" || command == "loss-grad" || command == "bench" || command == "comm-bench") {
       const std::string foreign = foreign_launcher_message(argc, argv);
       ULY_CHECK(foreign.empty(), foreign);
     }
@@ -61,6 +62,8 @@ int main(int argc, char** argv) {
       code = run_plot(argc, argv);
     } else if (command == "bench") {
       code = run_bench(argc, argv, *world);
+    } else if (command == "comm-bench") {
+      code = run_comm_bench(argc, argv, *world);
     } else if (command == "plan") {
       code = run_plan(argc, argv);
     } else {

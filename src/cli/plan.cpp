@@ -150,6 +150,10 @@ int run_plan(int argc, char** argv) {
   ULY_CHECK(req.seq_len > 0 || args.has("max-seq"),
             "plan: give the sequence length with --seq TOKENS (or --max-seq to find the longest that fits)");
   req.sp = std::max(1, sp_degree_from(args));
+  req.ring = ring_degree_from(args);
+  req.zigzag = zigzag_from(args);
+  const TokenLayout layout(req.sp, req.ring, req.zigzag);  // a ring degree that does not divide --sp: the error
+  if (layout.zigzag() && req.seq_len > 0) layout.check_length(req.seq_len, "--seq");
   req.options = step_options_from(args);
   const std::string backend = backend_name_from(args);
   req.act_dtype = act_dtype_from(args);
@@ -172,7 +176,9 @@ int run_plan(int argc, char** argv) {
   check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
-            << ", sequence " << req.seq_len << ", sp " << req.sp << ", backend " << backend << "\n"
+            << ", sequence " << req.seq_len << ", sp " << req.sp
+            << (req.ring > 1 ? " (ring " + std::to_string(req.ring) + (req.zigzag ? ", zigzag)" : ")") : "")
+            << ", backend " << backend << "\n"
             << memory_report(m, local_tokens(req), req.config.hidden_size) << peak_items_report(m);
   if (req.device == Device::CUDA && !runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's, chosen on the GPU, "

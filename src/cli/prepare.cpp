@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/prepare.h"
+#include "io/parquet_rows.h"
 
 namespace ulysses {
 
@@ -66,14 +67,15 @@ bool parse_switch(const std::string& option, const std::string& v) {
 
 int run_prepare(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {
-      {"input", true, false, "text file, folder (recursive) or .jsonl; repeatable or comma-separated"},
+      {"input", true, false, "text file, folder (recursive), .jsonl or Parquet; repeatable or comma-separated"},
       {"out", true, false, "output folder: train-NNNNN.tokens, val-NNNNN.tokens, manifest.json"},
       {"tokenizer", true, false, "tokenizer.json (or its folder), or 'byte' (default)"},
       {"eos", true, true, "append EOS to every document: on (default) or off"},
       {"no-eos", false, false, "same as --eos=off"},
       {"eos-token", true, false, "the token to append as EOS (default: the tokenizer's EOS)"},
       {"add-special-tokens", false, false, "apply the tokenizer's post-processor to each document (Llama 3: BOS)"},
-      {"text-key", true, false, "JSON Lines field holding the document (default text)"},
+      {"text-column", true, false, "JSON Lines field or Parquet column holding the document (default text)"},
+      {"text-key", true, false, "same as --text-column"},
       {"chat-template", true, false, "chat template for \"messages\" records: a .jinja, tokenizer_config.json or "
                                      "folder (default: the tokenizer's folder)"},
       {"chunk-bytes", true, false, "plain-text files are read and tokenized in pieces of about this size "
@@ -89,12 +91,15 @@ int run_prepare(int argc, char** argv) {
   Args args("prepare", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("prepare", specs)
-              << "\nInputs: a file is one document, except .jsonl/.ndjson files: one record a line:\n"
+              << "\nInputs: a file is one document, except .jsonl/.ndjson files (one record a line) and Parquet\n"
+                 "files (one record a row, told by their magic PAR1, read row group by row group):\n"
                  "  {\"text\": ...}                         a document (every token a target)\n"
                  "  {\"messages\": [{\"role\", \"content\"}...]}  a chat, rendered with the chat template; only the\n"
                  "                                         assistant turns are targets (the rest is context)\n"
                  "  {\"prompt\": ..., \"completion\": ...}     the completion is the target\n"
                  "Files may be gzip or zstd compressed (.gz, .zst); binary files are refused.\n"
+                 "Parquet needs a build with the Arrow/Parquet C++ libraries (scripts/fetch-pyarrow.sh; "
+                 + std::string(parquet_supported() ? "this build has them" : "this build lacks them") + ").\n"
                  "Folders are read recursively in sorted order; hidden files are skipped.\n";
     return 0;
   }
@@ -105,7 +110,9 @@ int run_prepare(int argc, char** argv) {
   o.append_eos = !args.has("no-eos") && (!args.has("eos") || parse_switch("eos", args.get("eos")));
   o.eos_token = args.get("eos-token");
   o.add_special_tokens = args.has("add-special-tokens");
-  o.text_key = args.get("text-key", "text");
+  o.text_key = args.get("text-column", args.get("text-key", "text"));
+  ULY_CHECK(!args.has("text-column") || !args.has("text-key") || args.get("text-column") == args.get("text-key"),
+            "prepare: --text-column and --text-key name the same thing; give one");
   o.chat_template = args.get("chat-template");
   if (args.has("chunk-bytes")) o.chunk_bytes = static_cast<size_t>(parse_count("chunk-bytes", args.get("chunk-bytes")));
   if (args.has("shard-tokens")) o.shard_tokens = parse_count("shard-tokens", args.get("shard-tokens"));

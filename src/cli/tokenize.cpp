@@ -45,7 +45,7 @@ int run_tokenize(int argc, char** argv) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(input);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       ULY_FAIL("tokenize --decode: stdin is not a JSON array of ids (" << e.what() << ")");
     }
     ULY_CHECK(j.is_array(), "tokenize --decode: stdin must be a JSON array of ids");

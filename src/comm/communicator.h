@@ -37,6 +37,11 @@ class Communicator {
   virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
   virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  // send: [send_count] to rank dest and recv: [recv_count] from rank source in one call, so that
+  // every rank of a ring may send to its successor at once without deadlock (ring attention).
+  // send and recv must not overlap; dest or source may be this rank.
+  virtual void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                        DType dtype, int tag) = 0;
   virtual void barrier() = 0;
   // Ranks with the same color form a new group, ordered by key (then by old rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -326,6 +326,32 @@ class MpiCommunicator final : public Communicator {
     } while (off < count);
   }
 
+  void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                DType dtype, int tag) override {
+    check_peer("sendrecv to", dest, tag);
+    check_peer("sendrecv from", source, tag);
+    const size_t es = dtype_size(dtype);
+    check_disjoint("sendrecv", send, send_count * es, recv, recv_count * es);
+    // Slices in order, as send/recv do; a side that has run out sends or receives 0 elements.
+    size_t off = 0;
+    do {
+      const size_t cs = off < send_count ? std::min(g_max_count, send_count - off) : 0;
+      const size_t cr = off < recv_count ? std::min(g_max_count, recv_count - off) : 0;
+      MPI_Status st;
+      ULY_MPI_CHECK(MPI_Sendrecv(cptr(send, std::min(off, send_count) * es), static_cast<int>(cs), mpi_type(dtype),
+                                 dest, tag, ptr(recv, std::min(off, recv_count) * es), static_cast<int>(cr),
+                                 mpi_type(dtype), source, tag, comm_, &st),
+                    "MPI_Sendrecv(" << cs << " " << dtype_name(dtype) << " to rank " << dest << ", " << cr
+                                    << " from rank " << source << ", tag " << tag << ")");
+      int got = 0;
+      ULY_MPI_CHECK(MPI_Get_count(&st, mpi_type(dtype), &got), "MPI_Get_count");
+      ULY_CHECK(static_cast<size_t>(got) == cr, "sendrecv from rank " << source << " (tag " << tag << ") expected "
+                                                                      << cr << " " << dtype_name(dtype) << " but got "
+                                                                      << got << ": the ranks disagree on the size");
+      off += std::max(cs, cr);
+    } while (off < std::max(send_count, recv_count));
+  }
+
   void barrier() override { ULY_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier(" << size_ << " ranks)"); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {

@@ -119,6 +119,19 @@ class NcclCommunicator final : public Communicator {
     run([&] { NCCL_CHECK(ncclRecv(buf, count, nccl_type(dtype), peer, comm_, stream_)); });
   }
 
+  void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                DType dtype, int /*tag*/) override {
+    check_peer(dest, "sendrecv");
+    check_peer(source, "sendrecv");
+    const ncclDataType_t t = nccl_type(dtype);
+    run([&] {
+      NCCL_CHECK(ncclGroupStart());
+      if (send_count > 0) NCCL_CHECK(ncclSend(send, send_count, t, dest, comm_, stream_));
+      if (recv_count > 0) NCCL_CHECK(ncclRecv(recv, recv_count, t, source, comm_, stream_));
+      NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
   // Host-blocking: returns when every rank has reached it (and this rank's queued work is done).
   void barrier() override {
     run([&] { NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, stream_)); });

@@ -53,6 +53,10 @@ class RoutingCommunicator final : public Communicator {
   void recv(void* buf, size_t count, DType dtype, int peer, int tag) override {
     route("recv", {buf}).recv(buf, count, dtype, peer, tag);
   }
+  void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                DType dtype, int tag) override {
+    route("sendrecv", {send, recv}).sendrecv(send, send_count, dest, recv, recv_count, source, dtype, tag);
+  }
   void barrier() override { host_->barrier(); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {

@@ -55,6 +55,14 @@ class SelfCommunicator final : public Communicator {
     ULY_FAIL("recv from rank " << peer << " on the self communicator (one rank): point-to-point needs at least 2 "
                                           "ranks; launch with mpirun -np N");
   }
+  void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                DType dtype, int) override {
+    ULY_CHECK(dest == 0 && source == 0, "sendrecv to rank " << dest << " and from rank " << source
+                                                            << " on the self communicator (one rank, rank 0)");
+    ULY_CHECK(send_count == recv_count, "sendrecv on the self communicator: " << send_count << " elements sent, "
+                                                                              << recv_count << " expected");
+    copy(recv, send, send_count, dtype);
+  }
   void barrier() override {}
   std::unique_ptr<Communicator> split(int color, int) override {
     ULY_CHECK(color >= 0, "split with negative color " << color);

@@ -22,6 +22,7 @@ class SimulatedCommunicator final : public Communicator {
   void broadcast(void*, size_t, DType, int) override {}
   void send(const void*, size_t, DType, int, int) override {}
   void recv(void*, size_t, DType, int, int) override {}
+  void sendrecv(const void*, size_t, int, void*, size_t, int, DType, int) override {}
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override {
     return std::make_unique<SimulatedCommunicator>(size_, rank_);

@@ -49,6 +49,7 @@ inline constexpr IntRange kStepCount{0, int64_t{1} << 40, "steps; 0 = never"};
 inline constexpr IntRange kSeed{0, kInt64Max, "a non-negative integer"};
 // Ranks of one job: the sequence-parallel degree and the like (0 = all ranks).
 inline constexpr IntRange kSpDegree{0, int64_t{1} << 20, "0 = all ranks"};
+inline constexpr IntRange kRingDegree{1, int64_t{1} << 20, "1 = no ring attention"};
 inline constexpr IntRange kMlpTiles{0, int64_t{1} << 30, "0 = ceil(tokens / hidden)"};
 inline constexpr IntRange kLossTile{0, int64_t{1} << 30, "tokens per tile; 0 = off"};
 inline constexpr IntRange kLossTileOption{1, int64_t{1} << 30, "tokens per tile"};

@@ -1,6 +1,8 @@
 #include "data/corpus.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -16,6 +18,15 @@ bool is_jsonl(fs::path p) {
   std::string ext = p.extension().string();
   if (ext == ".gz" || ext == ".zst" || ext == ".zstd") ext = p.stem().extension().string();
   return ext == ".jsonl" || ext == ".ndjson";
+}
+
+bool starts_with_par1(const fs::path& p) {
+  std::FILE* f = std::fopen(p.c_str(), "rb");
+  if (f == nullptr) return false;  // TextInput reports an unreadable file
+  char magic[4] = {};
+  const bool par1 = std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "PAR1", 4) == 0;
+  std::fclose(f);
+  return par1;
 }
 
 bool hidden(const fs::path& p) {
@@ -57,9 +68,9 @@ std::vector<CorpusFile> list_corpus_files(const std::vector<std::string>& inputs
         if (it->is_regular_file()) found.push_back(it->path());
       }
       std::sort(found.begin(), found.end());
-      for (const fs::path& f : found) out.push_back({f.string(), is_jsonl(f), fs::file_size(f, ec)});
+      for (const fs::path& f : found) out.push_back({f.string(), is_jsonl(f), starts_with_par1(f), fs::file_size(f, ec)});
     } else {
-      out.push_back({p.string(), is_jsonl(p), fs::file_size(p, ec)});
+      out.push_back({p.string(), is_jsonl(p), fs::is_regular_file(p, ec) && starts_with_par1(p), fs::file_size(p, ec)});
     }
   }
   return out;
@@ -68,19 +79,53 @@ std::vector<CorpusFile> list_corpus_files(const std::vector<std::string>& inputs
 CorpusReader::CorpusReader(std::vector<CorpusFile> files, std::string text_key, size_t chunk_bytes)
     : files_(std::move(files)), key_(std::move(text_key)), chunk_(std::max<size_t>(chunk_bytes, 64)) {}
 
-uint64_t CorpusReader::bytes_read() const { return done_bytes_ + (in_ ? in_->file_bytes_read() : 0); }
+uint64_t CorpusReader::bytes_read() const {
+  return done_bytes_ + (in_ ? in_->file_bytes_read() : 0) + (parquet_ ? parquet_->file_bytes_read() : 0);
+}
+
+// A JSON Lines record or Parquet row (doc.where set): an SFT record, or the text in key_.
+bool CorpusReader::record(nlohmann::ordered_json j, CorpusDocument& doc) const {
+  doc.first = doc.last = true;
+  if (j.is_object() && !j.contains(key_) && SftEncoder::is_sft_record(j)) {
+    doc.sft = true;
+    doc.text.clear();
+    doc.record = std::move(j);
+    return true;
+  }
+  ULY_CHECK(j.is_object() && j.contains(key_),
+            doc.where << ": no \"" << key_ << "\" field (each record must be an object with the document in \""
+                      << key_ << "\", or a chat in \"messages\", or \"prompt\" and \"completion\")");
+  ULY_CHECK(j[key_].is_string(), doc.where << ": \"" << key_ << "\" must be a string, got " << j[key_].type_name());
+  doc.text = j[key_].get<std::string>();
+  return true;
+}
 
 bool CorpusReader::next(CorpusDocument& doc) {
   while (file_ < files_.size()) {
     const CorpusFile& f = files_[file_];
+    doc.sft = false;
+    doc.record = nullptr;
+    if (f.parquet) {
+      if (!parquet_) parquet_ = std::make_unique<ParquetRows>(f.path, std::vector<std::string>{
+                                                                          key_, "messages", "prompt", "completion", "tools"});
+      nlohmann::ordered_json row;
+      if (parquet_->next(row)) {
+        doc.where = f.path + ":row " + std::to_string(parquet_->row_number());
+        // A null text (or other field) is as if absent, so that a row can be SFT-only.
+        for (auto it = row.begin(); it != row.end();) it = it->is_null() ? row.erase(it) : std::next(it);
+        return record(std::move(row), doc);
+      }
+      done_bytes_ += f.bytes;
+      parquet_.reset();
+      ++file_;
+      continue;
+    }
     if (!in_) {
       in_ = std::make_unique<TextInput>(f.path);
       line_ = 0;
       first_piece_ = true;
       carry_.clear();
     }
-    doc.sft = false;
-    doc.record = nullptr;
     if (!f.jsonl) {
       std::string piece = std::move(carry_);
       carry_.clear();
@@ -105,29 +150,17 @@ bool CorpusReader::next(CorpusDocument& doc) {
       }
       return true;
     }
-    doc.first = doc.last = true;
     while (in_->getline(line_buf_)) {
       ++line_;
       if (line_buf_.find_first_not_of(" \t\r") == std::string::npos) continue;
       nlohmann::ordered_json j;
       try {
         j = nlohmann::ordered_json::parse(line_buf_);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {
         ULY_FAIL(f.path << ":" << line_ << ": invalid JSON (" << e.what() << ")");
       }
       doc.where = f.path + ":" + std::to_string(line_);
-      if (j.is_object() && !j.contains(key_) && SftEncoder::is_sft_record(j)) {
-        doc.sft = true;
-        doc.text.clear();
-        doc.record = std::move(j);
-        return true;
-      }
-      ULY_CHECK(j.is_object() && j.contains(key_),
-                doc.where << ": no \"" << key_ << "\" field (each JSON Lines line must be an object with the document "
-                          << "in \"" << key_ << "\", or a chat in \"messages\", or \"prompt\" and \"completion\")");
-      ULY_CHECK(j[key_].is_string(), doc.where << ": \"" << key_ << "\" must be a string, got " << j[key_].type_name());
-      doc.text = j[key_].get<std::string>();
-      return true;
+      return record(std::move(j), doc);
     }
     done_bytes_ += in_->file_bytes_read();
     in_.reset();

@@ -1,5 +1,6 @@
 // Raw text corpora for `ulysses prepare`: files, folders of them, JSON Lines, each
-// plain or compressed (.gz, .zst: io/text_input.h), read as a stream.
+// plain or compressed (.gz, .zst: io/text_input.h), read as a stream; and Parquet
+// files (io/parquet_rows.h), read row group by row group.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/parquet_rows.h"
 #include "io/text_input.h"
 
 namespace ulysses {
@@ -15,6 +17,7 @@ namespace ulysses {
 struct CorpusFile {
   std::string path;
   bool jsonl = false;  // .jsonl / .ndjson (also .jsonl.gz, .jsonl.zst): one record a line; otherwise one document
+  bool parquet = false;  // starts with the magic PAR1: one record a row (whatever its name)
   uint64_t bytes = 0;  // on disk (compressed, when it is)
 };
 
@@ -41,9 +44,9 @@ class CorpusReader {
  public:
   explicit CorpusReader(std::vector<CorpusFile> files, std::string text_key = "text",
                         size_t chunk_bytes = size_t(1) << 20);
-  // The next document or piece. False at the end. A JSON Lines line must be an object
-  // with a string `text_key`, or `messages`, or `prompt` and `completion` (an error
-  // names file:line otherwise); blank lines are skipped.
+  // The next document or piece. False at the end. A JSON Lines line or a Parquet row
+  // must have a string `text_key`, or `messages`, or `prompt` and `completion` (an error
+  // names file:line or file:row otherwise); blank lines are skipped.
   bool next(CorpusDocument& doc);
   // Bytes of the input files consumed (compressed bytes for compressed files).
   uint64_t bytes_read() const;
@@ -53,7 +56,10 @@ class CorpusReader {
   std::string key_;
   size_t chunk_;
   size_t file_ = 0;
+  bool record(nlohmann::ordered_json j, CorpusDocument& doc) const;
+
   std::unique_ptr<TextInput> in_;
+  std::unique_ptr<ParquetRows> parquet_;
   bool first_piece_ = true;
   std::string carry_;
   int64_t line_ = 0;

@@ -206,25 +206,39 @@ TokenBatch DataLoader::next_batch(int64_t B) {
 }
 
 std::vector<SequenceShard> DataLoader::next_shards(int64_t B, int64_t sp_rank, int64_t sp_size) {
+  ULY_CHECK(sp_size >= 1, "data loader: sequence-parallel size " << sp_size << " is invalid");
+  return next_shards(B, sp_rank, TokenLayout(sp_size));
+}
+
+std::vector<SequenceShard> DataLoader::next_shards(int64_t B, int64_t sp_rank, const TokenLayout& layout) {
+  const int64_t sp_size = layout.sp();
   ULY_CHECK(B >= 1, "data loader: batch size must be positive, got " << B);
-  ULY_CHECK(sp_size >= 1 && sp_rank >= 0 && sp_rank < sp_size,
+  ULY_CHECK(sp_rank >= 0 && sp_rank < sp_size,
             "data loader: sequence-parallel rank " << sp_rank << " of " << sp_size << " is invalid");
   const int64_t S = options_.seq_len;
-  const int64_t S_l = (S + sp_size - 1) / sp_size, S_padded = S_l * sp_size;
+  if (layout.zigzag()) layout.check_length(S, "--seq (seq_len)");
+  const int64_t S_padded = layout.padded_length(S), S_l = S_padded / sp_size;
+  const std::vector<TokenRange> ranges = layout.rank_ranges(S_padded, sp_rank);
   std::vector<SequenceShard> out(B);
   const int64_t first = slot_ + options_.dp_rank * B;
   for (int64_t r = 0; r < B; ++r) {
     SequenceShard& sh = out[r];
     const int64_t seq = sequence_at(first + r);
     sh.S_global = S_padded;
-    sh.offset = sp_rank * S_l;
+    sh.offset = ranges[0].start;
     sh.ids.assign(S_l, 0);
     sh.targets.assign(S_l, kIgnoreIndex);
     sh.positions.resize(S_l);
-    const int64_t real_end = std::clamp<int64_t>(sh.offset + S_l, 0, S), real_begin = std::min(sh.offset, S);
-    read_row(seq, real_begin, real_end, sh.ids.data(), sh.targets.data(), sh.positions.data());
-    for (int64_t i = std::max<int64_t>(0, real_end - sh.offset); i < S_l; ++i)
-      sh.positions[i] = static_cast<int32_t>(sh.offset + i - S);  // padding, numbered as shard_sequence does
+    int64_t local = 0;
+    for (const TokenRange& g : ranges) {
+      const int64_t real_begin = std::min(g.start, S), real_end = std::clamp<int64_t>(g.start + g.length, 0, S);
+      if (real_begin < real_end)
+        read_row(seq, real_begin, real_end, sh.ids.data() + local, sh.targets.data() + local,
+                 sh.positions.data() + local);
+      for (int64_t i = std::max<int64_t>(0, real_end - g.start); i < g.length; ++i)
+        sh.positions[local + i] = static_cast<int32_t>(g.start + i - S);  // padding, numbered as shard_sequence does
+      local += g.length;
+    }
     sh.doc_start.resize(S_padded);
     row_doc_starts(seq, S_padded, sh.doc_start.data());
   }
@@ -257,7 +271,7 @@ void DataLoader::restore_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     ULY_FAIL("data loader state: invalid JSON (" << e.what() << ")");
   }
   auto field = [&](const char* key) -> const nlohmann::json& {
@@ -304,7 +318,7 @@ std::vector<std::string> resolve_shards(const std::string& spec, const std::stri
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text_file(manifest.string(), "manifest", limits::kMaxJsonBytes));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(manifest.string() << ": invalid JSON (" << e.what() << ")");
   }
   ULY_CHECK(j.is_object() && j.contains(split) && j[split].is_array(),

@@ -66,6 +66,10 @@ class DataLoader {
   // target. doc_start covers the whole row and comes from the document index, so no
   // all-gather is needed. Rows are padded to P*S_l as shard_sequence() pads them.
   std::vector<SequenceShard> next_shards(int64_t B, int64_t sp_rank, int64_t sp_size);
+  // The same by a token layout (ring, zigzag: parallel/token_layout.h): rank sp_rank of
+  // layout.sp() reads the ranges layout.rank_ranges() gives it. With zigzag, seq_len must be a
+  // multiple of layout.multiple() (a clear error otherwise).
+  std::vector<SequenceShard> next_shards(int64_t B, int64_t sp_rank, const TokenLayout& layout);
 
   LoaderState state() const;
   void restore(const LoaderState& state);

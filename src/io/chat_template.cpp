@@ -1129,7 +1129,7 @@ json read_tokenizer_config(const fs::path& dir) {
   if (!fs::is_regular_file(p, ec)) return json::object();
   try {
     return json::parse(read_file_text(p));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ULY_FAIL(p.string() << ": invalid JSON (" << e.what() << ")");
   }
 }

@@ -203,7 +203,7 @@ ModelConfig load_hf_config(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ULY_FAIL(path << ": malformed JSON: " << e.what());
   }
   return parse_hf_config(j, path);

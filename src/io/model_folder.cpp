@@ -36,7 +36,7 @@ json read_json_file(const std::string& path) {
   const std::string text = read_text_file(path, "JSON file", limits::kMaxJsonBytes);
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ULY_FAIL(path << ": malformed JSON: " << e.what());
   }
 }

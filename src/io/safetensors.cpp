@@ -138,7 +138,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   };
   try {
     header = nlohmann::json::parse(map->base + 8, map->base + map->data_start, note_keys);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(path << ": malformed JSON header (" << header_len << " bytes): " << e.what());
   }
   ULY_CHECK(twice.empty(), path << ": the header lists tensor '" << twice

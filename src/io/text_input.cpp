@@ -74,9 +74,7 @@ TextInput::TextInput(const std::string& path) : path_(path), codec_(std::make_un
     ULY_CHECK(c.zs && !ZSTD_isError(ZSTD_initDStream(c.zs)), path << ": cannot start zstd decompression");
     c.in.resize(ZSTD_DStreamInSize());
   } else if (got == 4 && std::memcmp(magic, "PAR1", 4) == 0) {
-    ULY_FAIL(path << ": a Parquet file; prepare reads text, JSON Lines and their .gz/.zst, not Parquet yet. "
-                  << "Convert it first, e.g. python3 -c \"import pandas as p; p.read_parquet('" << path
-                  << "').to_json('out.jsonl', orient='records', lines=True, force_ascii=False)\"");
+    ULY_FAIL(path << ": a Parquet file, not text (ulysses prepare reads Parquet files as records, one a row)");
   }
   // Sniff the start of the (decompressed) text.
   while (buf_.size() < kSniffBytes && fill()) {

@@ -1,8 +1,8 @@
 // Text inputs for `ulysses prepare`, read as a stream: plain, gzip (.gz, zlib) or
 // zstd (.zst, libzstd), told apart by their magic bytes, not their names. The first
 // 64 KiB are checked on open: a NUL byte, or a majority of bytes that are not valid
-// UTF-8, means a binary file, refused with a message naming it (Parquet files by
-// name); so an image or an archive is never tokenized as bytes.
+// UTF-8, means a binary file, refused with a message naming it (Parquet files as
+// such: prepare reads them with io/parquet_rows.h); so an image or an archive is never tokenized as bytes.
 #pragma once
 #include <cstdint>
 #include <cstdio>

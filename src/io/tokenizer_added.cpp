@@ -123,4 +123,16 @@ std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split(std::string_v
   return out;
 }
 
+std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split_unnormalized(std::string_view text) const {
+  std::vector<Segment> out;
+  split_group(groups_[0], text, 0, text.size(), out);
+  return out;
+}
+
+std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split_normalized(std::string_view text) const {
+  std::vector<Segment> out;
+  split_group(groups_[1], text, 0, text.size(), out);
+  return out;
+}
+
 }  // namespace ulysses::tok

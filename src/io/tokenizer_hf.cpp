@@ -1,5 +1,7 @@
-// Hugging Face tokenizer.json, byte-level BPE family: reading the file into the
-// parts of tokenizer_parts.h, and encode/decode on top of them.
+// Hugging Face tokenizer.json, BPE models (byte-level, and SentencePiece-style with
+// byte fallback): reading the file into the parts of tokenizer_parts.h, and
+// encode/decode on top of them.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -47,14 +49,19 @@ class HfBpeTokenizer final : public Tokenizer {
   void load_model(const json& model);
   void load_post_processor(const json& post);
   void load_special_ids(const json& root);
+  void encode_normalized(std::string_view text, bool at_text_start, std::vector<int32_t>& ids,
+                         std::vector<std::string>& pieces) const;
 
   std::string path_, name_;
+  std::vector<tok::NormStep> normalizer_;
   std::vector<PreTokStep> steps_;
+  std::vector<tok::DecodeStep> decoder_;
+  bool byte_level_ = true;  // a ByteLevel pre-tokenizer: the vocabulary is spelled in its alphabet
   std::unique_ptr<tok::BpeModel> model_;
   std::unique_ptr<tok::AddedTokenSplitter> added_;
   std::vector<int32_t> prefix_, suffix_;  // the post-processor's ids around a single sequence
   std::unordered_map<std::string, int32_t> spelled_vocab_, added_ids_;
-  std::vector<std::string> id_bytes_;  // what each id decodes to
+  std::vector<std::string> id_token_;  // each id's spelling: the vocabulary entry or the added token's content
   std::vector<uint8_t> id_kind_;       // 0: no such token, 1: ordinary, 2: special
   int64_t vocab_size_ = 0;
   std::optional<int32_t> bos_, eos_;
@@ -65,14 +72,15 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ULY_FAIL(path << ": invalid JSON (" << e.what() << ")");
   }
   ULY_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
             path << ": not a Hugging Face tokenizer.json (no 'model' object)");
-  ULY_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(),
-            path << ": normalizer '" << tok::json_type(root["normalizer"])
-                 << "' is not supported; supported: none (byte-level BPE tokenizers such as GPT-2's and Llama 3's)");
+  if (root.contains("normalizer")) normalizer_ = tok::parse_normalizer(root["normalizer"], path);
+  if (root.contains("pre_tokenizer")) steps_ = tok::parse_pre_tokenizer(root["pre_tokenizer"], path_);
+  byte_level_ = std::any_of(steps_.begin(), steps_.end(),
+                            [](const PreTokStep& s) { return s.type == PreTokStep::Type::ByteLevel; });
   load_model(root["model"]);
 
   std::vector<AddedToken> added;
@@ -97,34 +105,28 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
       vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{a.id} + 1);
     }
   }
+  // With a normalizer, HF matches a normalized=true token's normalized content in the
+  // normalized text, and spells the token so (Llama 2's "Ωmega" is "▁Ωmega").
+  if (!normalizer_.empty())
+    for (AddedToken& a : added)
+      if (a.normalized) a.content = tok::normalize(normalizer_, a.content);
   added_ = std::make_unique<tok::AddedTokenSplitter>(added);
 
-  // What each id decodes to: HF's ByteLevel decoder turns a token's characters back into
-  // bytes when all of them are in its table, and keeps the token's text otherwise.
-  id_bytes_.resize(vocab_size_);
+  id_token_.resize(vocab_size_);
   id_kind_.assign(vocab_size_, 0);
   for (const auto& [spelled, id] : spelled_vocab_) {
-    std::string raw;
-    id_bytes_[id] = tok::from_byte_level(spelled, &raw) ? raw : spelled;
+    id_token_[id] = spelled;
     id_kind_[id] = 1;
   }
   for (const AddedToken& a : added) {
-    std::string raw;
-    id_bytes_[a.id] = tok::from_byte_level(a.content, &raw) ? raw : a.content;
+    id_token_[a.id] = a.content;
     id_kind_[a.id] = a.special ? 2 : 1;
   }
 
-  ULY_CHECK(root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null(),
-            path << ": no pre_tokenizer; only byte-level BPE tokenizers (a ByteLevel pre-tokenizer) are supported");
-  steps_ = tok::parse_pre_tokenizer(root["pre_tokenizer"], path_);
   if (root.contains("post_processor")) load_post_processor(root["post_processor"]);
-  if (root.contains("decoder") && !root["decoder"].is_null()) {
-    const json& d = root["decoder"];
-    const bool ok = tok::json_type(d) == "ByteLevel" ||
-                    (tok::json_type(d) == "Sequence" && d.contains("decoders") && d["decoders"].is_array() &&
-                     d["decoders"].size() == 1 && tok::json_type(d["decoders"][0]) == "ByteLevel");
-    ULY_CHECK(ok, path << ": decoder '" << tok::json_type(d) << "' is not supported; supported: ByteLevel");
-  }
+  if (root.contains("decoder")) decoder_ = tok::parse_decoder(root["decoder"], path_);
+  // Without a decoder a byte-level file still decodes its bytes (HF would join the spellings with spaces).
+  if (decoder_.empty() && byte_level_) decoder_.push_back(tok::DecodeStep{});
   load_special_ids(root);
   // Fits the 192-byte name field of token shards whatever the folder is called.
   name_ = "hf-bpe:" + fs::absolute(path).parent_path().filename().string().substr(0, 120) + ":";
@@ -136,13 +138,16 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
 void HfBpeTokenizer::load_model(const json& m) {
   const std::string type = tok::json_type(m);
   ULY_CHECK(type == "BPE" || (type.empty() && m.contains("merges")),
-            path_ << ": model.type '" << type << "' is not supported; supported: BPE (byte-level)");
+            path_ << ": model.type '" << type << "' is not supported; supported: BPE (byte-level, or with byte_fallback)");
   ULY_CHECK(null_or_empty(m, "dropout"), path_ << ": model.dropout is set; BPE dropout is not supported (set it to null)");
   ULY_CHECK(null_or_empty(m, "continuing_subword_prefix") && null_or_empty(m, "end_of_word_suffix"),
-            path_ << ": model.continuing_subword_prefix/end_of_word_suffix are not supported (byte-level BPE has none)");
-  ULY_CHECK(!tok::json_bool(m, "byte_fallback", false, path_ + ": model"),
-            path_ << ": model.byte_fallback is not supported (a SentencePiece-style BPE, not byte-level)");
-  const bool ignore_merges = tok::json_bool(m, "ignore_merges", false, path_ + ": model");
+            path_ << ": model.continuing_subword_prefix/end_of_word_suffix are not supported (neither byte-level "
+                     "nor SentencePiece-style BPE has them)");
+  tok::BpeOptions options;
+  options.byte_level = byte_level_;
+  options.byte_fallback = tok::json_bool(m, "byte_fallback", false, path_ + ": model");
+  options.fuse_unk = tok::json_bool(m, "fuse_unk", false, path_ + ": model");
+  options.ignore_merges = tok::json_bool(m, "ignore_merges", false, path_ + ": model");
   ULY_CHECK(m.contains("vocab") && m["vocab"].is_object(), path_ << ": model.vocab must be an object {token: id}");
   ULY_CHECK(m.contains("merges") && m["merges"].is_array(), path_ << ": model.merges must be an array");
 
@@ -154,10 +159,18 @@ void HfBpeTokenizer::load_model(const json& m) {
     spelled_vocab_.emplace(spelled, id);
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
     std::string raw;
-    if (tok::from_byte_level(spelled, &raw)) raw_vocab.emplace(std::move(raw), id);
+    if (!byte_level_) raw_vocab.emplace(spelled, id);
+    else if (tok::from_byte_level(spelled, &raw)) raw_vocab.emplace(std::move(raw), id);
   }
-  ULY_CHECK(!raw_vocab.empty(), path_ << ": model.vocab has no entry spelled in the ByteLevel alphabet; "
-                                         "not a byte-level BPE tokenizer");
+  ULY_CHECK(!byte_level_ || !raw_vocab.empty(), path_ << ": model.vocab has no entry spelled in the ByteLevel alphabet, "
+                                                         "yet the pre_tokenizer is ByteLevel");
+  if (!null_or_empty(m, "unk_token")) {
+    ULY_CHECK(m["unk_token"].is_string(), path_ << ": model.unk_token must be a string");
+    const auto it = spelled_vocab_.find(m["unk_token"].get<std::string>());
+    ULY_CHECK(it != spelled_vocab_.end(),
+              path_ << ": model.unk_token '" << m["unk_token"].get<std::string>() << "' is not in model.vocab");
+    options.unk_id = it->second;
+  }
 
   std::vector<tok::Merge> merges;
   merges.reserve(m["merges"].size());
@@ -185,7 +198,7 @@ void HfBpeTokenizer::load_model(const json& m) {
     merges.push_back({ia->second, ib->second, iab->second});
     ++index;
   }
-  model_ = std::make_unique<tok::BpeModel>(std::move(raw_vocab), merges, ignore_merges);
+  model_ = std::make_unique<tok::BpeModel>(std::move(raw_vocab), merges, options);
 }
 
 void HfBpeTokenizer::load_post_processor(const json& post) {
@@ -250,7 +263,7 @@ void HfBpeTokenizer::load_special_ids(const json& root) {
     json c;
     try {
       c = json::parse(read_text_file(config.string(), "tokenizer config", limits::kMaxJsonBytes));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       ULY_FAIL(config.string() << ": invalid JSON (" << e.what() << ")");
     }
     auto pick = [&](const char* key) -> std::optional<int32_t> {
@@ -286,32 +299,55 @@ std::optional<int32_t> HfBpeTokenizer::token_id(std::string_view content) const 
   return std::nullopt;
 }
 
+// One stretch of normalized text between added tokens: its normalized=true added
+// tokens, and the pre-tokens of the rest through the model.
+void HfBpeTokenizer::encode_normalized(std::string_view text, bool at_text_start, std::vector<int32_t>& ids,
+                                       std::vector<std::string>& pieces) const {
+  for (const auto& seg : added_->split_normalized(text)) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    tok::pre_tokenize(steps_, text.substr(seg.begin, seg.end - seg.begin), pieces, at_text_start && seg.begin == 0);
+    for (const std::string& p : pieces) model_->encode(p, ids);
+  }
+}
+
 std::vector<int32_t> HfBpeTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids = prefix_;
   std::vector<std::string> pieces;
-  for (const auto& seg : added_->split(text)) {
-    if (seg.id >= 0) {
-      ids.push_back(seg.id);
-      continue;
+  if (normalizer_.empty()) {
+    for (const auto& seg : added_->split(text)) {
+      if (seg.id >= 0) {
+        ids.push_back(seg.id);
+        continue;
+      }
+      tok::pre_tokenize(steps_, text.substr(seg.begin, seg.end - seg.begin), pieces, seg.begin == 0);
+      for (const std::string& p : pieces) model_->encode(p, ids);
     }
-    tok::pre_tokenize(steps_, text.substr(seg.begin, seg.end - seg.begin), pieces);
-    for (const std::string& p : pieces) model_->encode(p, ids);
+  } else {
+    for (const auto& seg : added_->split_unnormalized(text)) {
+      if (seg.id >= 0) ids.push_back(seg.id);
+      else encode_normalized(tok::normalize(normalizer_, text.substr(seg.begin, seg.end - seg.begin)),
+                             seg.begin == 0, ids, pieces);
+    }
   }
   if (add_special_tokens) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
   return ids;
 }
 
 std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  std::string bytes;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     ULY_CHECK(id >= 0 && id < vocab_size_,
               path_ << ": cannot decode id " << id << ": outside the vocabulary [0, " << vocab_size_ << ")");
     if (id_kind_[id] == 0 || (skip_special_tokens && id_kind_[id] == 2)) continue;
-    bytes += id_bytes_[id];
+    tokens.push_back(id_token_[id]);
   }
-  return unicode::to_valid_utf8(bytes);
+  return tok::decode_tokens(decoder_, std::move(tokens));
 }
 
 }  // namespace

@@ -1,6 +1,13 @@
-// Internal parts of the Hugging Face byte-level BPE tokenizer (tokenizer_hf.cpp):
-// the pre-tokenizer (tokenizer_pretok.cpp), the BPE model (tokenizer_bpe.cpp)
-// and the added-token splitter (tokenizer_added.cpp). Exposed for the tests.
+// Internal parts of the Hugging Face BPE tokenizer (tokenizer_hf.cpp): the
+// normalizer (tokenizer_normalizer.cpp), the pre-tokenizer (tokenizer_pretok.cpp),
+// the BPE model (tokenizer_bpe.cpp), the decoder (tokenizer_decoder.cpp) and the
+// added-token splitter (tokenizer_added.cpp). Exposed for the tests.
+//
+// Two families: byte-level BPE (GPT-2, Llama 3, Qwen 2: a ByteLevel pre-tokenizer,
+// the vocabulary spelled in ByteLevel's 256-character alphabet) and SentencePiece-style
+// BPE (Llama 2, Mistral, Gemma: text with spaces as U+2581 "▁" through a Metaspace
+// pre-tokenizer or Prepend/Replace normalizers, the vocabulary spelled in plain UTF-8,
+// characters outside it spelled as <0xNN> byte tokens when byte_fallback is set).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -14,6 +21,22 @@
 #include <vector>
 
 namespace ulysses::tok {
+
+// ---- normalizer ---------------------------------------------------------------
+
+struct NormStep {
+  enum class Type { NFD, NFC, NFKD, NFKC, Prepend, Replace, Strip } type = Type::NFC;
+  std::string text, content;  // Prepend: text; Replace: text -> content
+  bool left = false, right = false;  // Strip
+};
+
+// Reads tokenizer.json's "normalizer" (null: none). Supported: NFC, NFD, NFKC, NFKD,
+// Prepend, Replace (a String pattern), Strip, and a Sequence of them.
+std::vector<NormStep> parse_normalizer(const nlohmann::json& norm, const std::string& path);
+std::string normalize(const std::vector<NormStep>& steps, std::string_view text);
+// A Replace step's String pattern and its content (a Regex pattern is refused, naming `where`).
+std::string replace_pattern(const nlohmann::json& step, const std::string& where, std::string* content);
+void replace_in(std::string& s, std::string_view from, std::string_view to);  // every occurrence
 
 // ---- pre-tokenizer ------------------------------------------------------------
 
@@ -33,8 +56,10 @@ void regex_matches(const KnownRegex& re, std::string_view text, std::vector<std:
 
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
 
+enum class PrependScheme { Always, First, Never };
+
 struct PreTokStep {
-  enum class Type { Split, ByteLevel } type = Type::Split;
+  enum class Type { Split, ByteLevel, Metaspace } type = Type::Split;
   // Split: a known regex or a literal string
   bool literal = false;
   std::string literal_text;
@@ -44,16 +69,27 @@ struct PreTokStep {
   // ByteLevel
   bool add_prefix_space = false;
   bool use_regex = true;
+  // Metaspace: spaces become `replacement`, which is put in front as `prepend` says
+  // (First: only before the text's first piece), and the text split before each one.
+  std::string replacement = "\xE2\x96\x81";  // U+2581
+  PrependScheme prepend = PrependScheme::Always;
+  bool split = true;
 };
 
 // Runs the steps over one stretch of text (between added tokens). The pieces
 // are raw bytes: ByteLevel's byte-to-char mapping is not applied, because the
-// BPE model keeps its vocabulary in raw bytes.
-void pre_tokenize(const std::vector<PreTokStep>& steps, std::string_view text, std::vector<std::string>& pieces);
+// BPE model keeps its vocabulary in raw bytes. `at_text_start`: the stretch begins
+// the text (Metaspace's prepend_scheme "first").
+void pre_tokenize(const std::vector<PreTokStep>& steps, std::string_view text, std::vector<std::string>& pieces,
+                  bool at_text_start = true);
 
-// Reads tokenizer.json's "pre_tokenizer" (`path` names the file in errors). Supported:
-// ByteLevel, Split (a known regex or a string), and a Sequence of them ending with ByteLevel.
+// Reads tokenizer.json's "pre_tokenizer" (`path` names the file in errors; null: no
+// steps). Supported: ByteLevel, Split (a known regex or a string), Metaspace, and a
+// Sequence of them; a ByteLevel step, when there is one, comes last.
 std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std::string& path);
+// Metaspace's replacement and prepend_scheme (add_prefix_space in older files).
+void parse_metaspace(const nlohmann::json& j, const std::string& where, std::string* replacement,
+                     PrependScheme* scheme);
 std::string json_type(const nlohmann::json& j);  // j["type"], or "" if none
 bool json_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& where);
 
@@ -70,10 +106,19 @@ struct Merge {
   int32_t left, right, result;  // ids; the merge's rank is its index in the list
 };
 
+struct BpeOptions {
+  bool byte_level = true;     // symbols start as bytes (else as UTF-8 characters)
+  bool byte_fallback = false;  // a character outside the vocabulary becomes its <0xNN> tokens
+  int32_t unk_id = -1;         // what an unknown character becomes (-1: it is dropped)
+  bool fuse_unk = false;       // consecutive unknown characters become one unk
+  bool ignore_merges = false;  // a pre-token found whole in the vocabulary is one token
+};
+
 class BpeModel {
  public:
-  // vocab: raw-byte spelling -> id, for the entries spelled in the byte-level alphabet.
-  BpeModel(std::unordered_map<std::string, int32_t> vocab, const std::vector<Merge>& merges, bool ignore_merges);
+  // vocab: for byte_level, raw-byte spelling -> id (the entries spelled in the
+  // byte-level alphabet); else the vocabulary as spelled.
+  BpeModel(std::unordered_map<std::string, int32_t> vocab, const std::vector<Merge>& merges, const BpeOptions& options);
   // Appends the ids of one pre-token (raw bytes). Thread-safe.
   void encode(std::string_view piece, std::vector<int32_t>& out) const;
 
@@ -82,8 +127,11 @@ class BpeModel {
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left, right) -> (rank, result)
-  std::array<int32_t, 256> byte_id_{};                                // -1: byte not in the vocabulary
-  bool ignore_merges_;
+  void initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
+
+  std::array<int32_t, 256> byte_id_{};      // -1: byte not in the vocabulary
+  std::array<int32_t, 256> fallback_id_{};  // <0xNN>; -1: absent
+  BpeOptions options_;
 
   struct CacheShard {
     std::mutex mu;
@@ -92,6 +140,22 @@ class BpeModel {
   static constexpr size_t kCacheShards = 16;
   mutable std::array<CacheShard, kCacheShards> cache_;
 };
+
+// ---- decoder ------------------------------------------------------------------
+
+struct DecodeStep {
+  enum class Type { ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip } type = Type::ByteLevel;
+  std::string text, content;  // Replace: text -> content; Metaspace: text = replacement; Strip: text = content
+  PrependScheme prepend = PrependScheme::Always;  // Metaspace
+  size_t start = 0, stop = 0;                     // Strip
+};
+
+// Reads tokenizer.json's "decoder" (null: no steps). Supported: ByteLevel, Metaspace,
+// Replace (a String pattern), ByteFallback, Fuse, Strip, and a Sequence of them.
+std::vector<DecodeStep> parse_decoder(const nlohmann::json& dec, const std::string& path);
+// HF's decode_chain over the tokens' spellings, then concatenated; without steps the
+// tokens are joined with spaces (as HF does). Always valid UTF-8.
+std::string decode_tokens(const std::vector<DecodeStep>& steps, std::vector<std::string> tokens);
 
 // ---- added tokens ---------------------------------------------------------------
 
@@ -112,7 +176,13 @@ class AddedTokenSplitter {
     size_t begin, end;
     int32_t id;  // -1: ordinary text
   };
+  // Tokens with normalized=false in the raw text, then those with normalized=true in
+  // what is left (for tokenizers without a normalizer).
   std::vector<Segment> split(std::string_view text) const;
+  // The two steps apart, for a normalizer in between (HF normalizes each stretch
+  // of raw text between the first kind, then finds the second kind in it).
+  std::vector<Segment> split_unnormalized(std::string_view text) const;
+  std::vector<Segment> split_normalized(std::string_view text) const;
   bool empty() const { return groups_[0].nodes.size() <= 1 && groups_[1].nodes.size() <= 1; }
 
  private:

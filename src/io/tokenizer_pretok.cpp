@@ -1,4 +1,4 @@
-// The pre-tokenizer of byte-level BPE tokenizers. std::regex has neither
+// The pre-tokenizers: Split, ByteLevel and Metaspace. std::regex has neither
 // Unicode classes nor lookahead, so the two regexes in use (GPT-2's and Llama 3's)
 // are implemented by hand: at each position the alternatives are tried in
 // order, with the outcome Oniguruma's backtracking gives.
@@ -238,7 +238,8 @@ void literal_matches(std::string_view text, std::string_view needle, std::vector
 
 }  // namespace
 
-void pre_tokenize(const std::vector<PreTokStep>& steps, std::string_view text, std::vector<std::string>& pieces) {
+void pre_tokenize(const std::vector<PreTokStep>& steps, std::string_view text, std::vector<std::string>& pieces,
+                  bool at_text_start) {
   pieces.clear();
   if (text.empty()) return;
   pieces.emplace_back(text);
@@ -246,9 +247,22 @@ void pre_tokenize(const std::vector<PreTokStep>& steps, std::string_view text, s
   std::vector<std::pair<size_t, size_t>> matches;
   for (const PreTokStep& step : steps) {
     next.clear();
-    for (std::string& piece : pieces) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::string& piece = pieces[i];
       matches.clear();
-      if (step.type == PreTokStep::Type::ByteLevel) {
+      if (step.type == PreTokStep::Type::Metaspace) {
+        replace_in(piece, " ", step.replacement);
+        const bool first = at_text_start && i == 0;
+        if (piece.compare(0, step.replacement.size(), step.replacement) != 0 &&
+            (step.prepend == PrependScheme::Always || (step.prepend == PrependScheme::First && first)))
+          piece.insert(0, step.replacement);
+        if (!step.split) {
+          next.push_back(std::move(piece));
+          continue;
+        }
+        literal_matches(piece, step.replacement, matches);
+        split_by(piece, matches, SplitBehavior::MergedWithNext, false, next);
+      } else if (step.type == PreTokStep::Type::ByteLevel) {
         if (step.add_prefix_space && piece[0] != ' ') piece.insert(piece.begin(), ' ');
         if (!step.use_regex) {
           next.push_back(std::move(piece));
@@ -280,7 +294,9 @@ bool json_bool(const nlohmann::json& j, const char* key, bool fallback, const st
 
 std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std::string& path) {
   std::vector<PreTokStep> steps;
-  const char* supported = "supported: ByteLevel, Split (the GPT-2 or Llama 3 regex, or a string), and a Sequence of them";
+  const char* supported =
+      "supported: ByteLevel, Split (the GPT-2 or Llama 3 regex, or a string), Metaspace, and a Sequence of them";
+  if (pre.is_null()) return steps;
   std::vector<const nlohmann::json*> items;
   if (json_type(pre) == "Sequence") {
     ULY_CHECK(pre.contains("pretokenizers") && pre["pretokenizers"].is_array(),
@@ -296,6 +312,11 @@ std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std
       step.type = PreTokStep::Type::ByteLevel;
       step.add_prefix_space = json_bool(*p, "add_prefix_space", false, path + ": pre_tokenizer ByteLevel");
       step.use_regex = json_bool(*p, "use_regex", true, path + ": pre_tokenizer ByteLevel");
+    } else if (type == "Metaspace") {
+      step.type = PreTokStep::Type::Metaspace;
+      const std::string where = path + ": pre_tokenizer Metaspace";
+      parse_metaspace(*p, where, &step.replacement, &step.prepend);
+      step.split = json_bool(*p, "split", true, where);
     } else if (type == "Split") {
       step.type = PreTokStep::Type::Split;
       ULY_CHECK(p->contains("pattern") && (*p)["pattern"].is_object(), path << ": pre_tokenizer Split needs a 'pattern'");
@@ -330,8 +351,9 @@ std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std
   }
   int byte_levels = 0;
   for (const PreTokStep& s : steps) byte_levels += s.type == PreTokStep::Type::ByteLevel;
-  ULY_CHECK(byte_levels == 1 && steps.back().type == PreTokStep::Type::ByteLevel,
-            path << ": the pre_tokenizer must end with one ByteLevel step (a byte-level BPE tokenizer); " << supported);
+  ULY_CHECK(byte_levels == 0 || (byte_levels == 1 && steps.back().type == PreTokStep::Type::ByteLevel),
+            path << ": a ByteLevel pre_tokenizer step must be the last one, and only one (a byte-level BPE "
+                    "tokenizer); " << supported);
   return steps;
 }
 

@@ -80,16 +80,22 @@ std::vector<int32_t> document_starts(const std::vector<int32_t>& positions) {
 }
 
 SequenceShard shard_sequence(const TokenBatch& batch, int64_t row, Communicator& sp_group) {
+  return shard_sequence(batch, row, sp_group, TokenLayout(sp_group.size()));
+}
+
+SequenceShard shard_sequence(const TokenBatch& batch, int64_t row, Communicator& sp_group, const TokenLayout& layout) {
   const int64_t P = sp_group.size(), r = sp_group.rank();
+  ULY_CHECK(layout.sp() == P, "shard_sequence: a layout for " << layout.sp() << " ranks on a group of " << P);
   SequenceShard s;
-  s.S_global = (batch.S + P - 1) / P * P;
+  s.S_global = layout.padded_length(batch.S);
   const int64_t S_l = s.S_global / P;
-  s.offset = r * S_l;
+  const std::vector<int64_t> mine = layout.rank_tokens(s.S_global, r);
+  s.offset = mine[0];
   s.ids.assign(S_l, 0);
   s.targets.assign(S_l, kIgnoreIndex);
   s.positions.resize(S_l);
   for (int64_t i = 0; i < S_l; ++i) {
-    const int64_t g = s.offset + i;
+    const int64_t g = mine[i];
     if (g < batch.S) {
       s.ids[i] = batch.ids[row * batch.S + g];
       s.targets[i] = batch.targets[row * batch.S + g];
@@ -98,9 +104,13 @@ SequenceShard shard_sequence(const TokenBatch& batch, int64_t row, Communicator&
       s.positions[i] = static_cast<int32_t>(g - batch.S);  // padding: a document of its own
     }
   }
-  std::vector<int32_t> all(s.S_global);
+  std::vector<int32_t> all(s.S_global), in_order(s.S_global);
   sp_group.all_gather(s.positions.data(), all.data(), static_cast<size_t>(S_l), DType::I32);
-  s.doc_start = document_starts(all);
+  for (int64_t q = 0; q < P; ++q) {
+    const std::vector<int64_t> theirs = layout.rank_tokens(s.S_global, q);
+    for (int64_t i = 0; i < S_l; ++i) in_order[theirs[i]] = all[q * S_l + i];
+  }
+  s.doc_start = document_starts(in_order);
   return s;
 }
 

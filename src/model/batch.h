@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/token_layout.h"
 
 namespace ulysses {
 
@@ -30,11 +31,12 @@ TokenBatch load_batch_file(const std::string& path, int64_t vocab_size);
 std::vector<int32_t> shift_labels(const std::vector<int32_t>& labels, const std::vector<int32_t>& positions,
                                   int64_t B, int64_t S);
 
-// One SP rank's contiguous slice of one sequence, padded so that the sequence
-// divides evenly by the group size (padding: token 0, no target, its own document).
+// One SP rank's tokens of one sequence: a contiguous slice, or with a ring layout the
+// ranges parallel/token_layout.h gives it; the sequence padded so that it divides evenly
+// (padding: token 0, no target, its own document).
 struct SequenceShard {
   int64_t S_global = 0;  // padded length, a multiple of the group size
-  int64_t offset = 0;    // global index of the first local token
+  int64_t offset = 0;    // global index of the first local token (the rest follow the layout)
   std::vector<int32_t> ids, targets, positions;  // [S_local]
   std::vector<int32_t> doc_start;                // [S_global]: first token of each token's document
   int64_t S_local() const { return static_cast<int64_t>(ids.size()); }
@@ -44,6 +46,9 @@ struct SequenceShard {
 // positions is read; doc_start for the whole sequence comes from an all-gather
 // of global positions over the group (as a loader that reads only its slice would do).
 SequenceShard shard_sequence(const TokenBatch& batch, int64_t row, Communicator& sp_group);
+// The same by a token layout (layout.sp() == sp_group.size()): the row padded to
+// layout.padded_length(S), this rank's tokens those of layout.rank_tokens().
+SequenceShard shard_sequence(const TokenBatch& batch, int64_t row, Communicator& sp_group, const TokenLayout& layout);
 
 // doc_start[i] = index of the first token of i's document, from global positions.
 std::vector<int32_t> document_starts(const std::vector<int32_t>& positions);

@@ -18,6 +18,19 @@ struct LlamaModel::LayerActs {
   std::vector<AttentionSaved> chunks;  // --head-chunks: per chunk, lse (and out where it is kept)
 };
 
+namespace {
+
+// The sequence attention for one chunk of heads (all heads without --head-chunks), after
+// checking the chunking against the Ulysses degree: make(H / chunks, Hkv / chunks).
+template <class Make>
+std::unique_ptr<SequenceAttention> chunked_attention(Backend&, const ModelConfig& c, const StepOptions& o,
+                                                     int64_t ulysses_degree, Make make) {
+  check_head_chunks(c.num_attention_heads, c.num_key_value_heads, ulysses_degree, o.head_chunks);
+  return make(c.num_attention_heads / o.head_chunks, c.num_key_value_heads / o.head_chunks);
+}
+
+}  // namespace
+
 // With --keep-attention, each layer's attention output and log-sum-exp outlive the
 // forward pass (in the attention's own layout), so that the recompute before the
 // backward skips the attention kernel (2 of its 9 FLOP units with recompute).
@@ -26,13 +39,29 @@ struct LlamaModel::KeptAttention {
 };
 
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options)
-    : w_(weights), be_(backend), sp_(sp_group), options_(options), c_(weights.config()) {
-  check_ulysses_degree(c_.num_attention_heads, c_.num_key_value_heads, sp_.size(), sp_.size());
-  check_head_chunks(c_.num_attention_heads, c_.num_key_value_heads, sp_.size(), options_.head_chunks);
+    : LlamaModel(weights, backend,
+                 chunked_attention(backend, weights.config(), options, sp_group.size(),
+                                   [&](int64_t h, int64_t hkv) {
+                                     return make_sequence_attention(backend, sp_group, h, hkv,
+                                                                    weights.config().head_dim);
+                                   }),
+                 options) {}
+
+LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMesh& mesh, StepOptions options)
+    : LlamaModel(weights, backend,
+                 chunked_attention(backend, weights.config(), options, mesh.ulysses_size(),
+                                   [&](int64_t h, int64_t hkv) {
+                                     return make_sequence_attention(backend, mesh, h, hkv, weights.config().head_dim);
+                                   }),
+                 options) {}
+
+// `attention` must be built for H / head_chunks query and Hkv / head_chunks kv heads.
+LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
+                       StepOptions options)
+    : w_(weights), be_(backend), options_(options), c_(weights.config()), attention_(std::move(attention)) {
+  check_head_chunks(c_.num_attention_heads, c_.num_key_value_heads, 1, options_.head_chunks);
   ULY_CHECK(options_.mlp_tiles >= 0, "--tiled-mlp must be >= 1 (or given without a value), got " << options_.mlp_tiles);
   ULY_CHECK(options_.loss_tile_tokens >= 0, "--tiled-loss must be >= 0, got " << options_.loss_tile_tokens);
-  attention_ = make_sequence_attention(be_, sp_, c_.num_attention_heads / options_.head_chunks,
-                                       c_.num_key_value_heads / options_.head_chunks, c_.head_dim);
   const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
   inv_freq_ = be_.empty({static_cast<int64_t>(inv.size())}, DType::F32);
   be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));

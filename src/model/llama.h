@@ -31,6 +31,11 @@ struct StepOptions {
 class LlamaModel {
  public:
   LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options = {});
+  // Over a mesh's sequence-parallel groups: Ulysses, ring attention or the hybrid (parallel/mesh.h).
+  LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMesh& mesh, StepOptions options = {});
+  // With the sequence attention made by the caller (make_sequence_attention over a mesh: ring, hybrid).
+  LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
+             StepOptions options = {});
   ~LlamaModel();
 
   // Forward and backward over one shard: adds grad_scale * d(sum of this rank's
@@ -69,7 +74,6 @@ class LlamaModel {
 
   LlamaWeights& w_;
   Backend& be_;
-  Communicator& sp_;
   StepOptions options_;
   const ModelConfig& c_;
   std::unique_ptr<SequenceAttention> attention_;

@@ -10,7 +10,13 @@ namespace ulysses {
 
 // send, recv: same shape; block r of send goes to rank r (see Communicator::all_to_all).
 void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
+// send to rank dest and recv from rank source at once (every rank of a ring passing a block on).
+void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv, int source);
 // In place: t = sum over ranks of t.
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t);
+// recv: size × send's elements, rank r's send at block r (see Communicator::all_gather).
+void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
+// send: size × recv's elements; recv = sum over ranks of their block rank() (Communicator::reduce_scatter).
+void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 
 }  // namespace ulysses

@@ -23,18 +23,19 @@ std::vector<int> ProcessMesh::valid_sp_values(int world_size) {
   return out;
 }
 
-ProcessMesh::ProcessMesh(Communicator& world, int sp, int ring)
+ProcessMesh::ProcessMesh(Communicator& world, int sp, int ring, bool zigzag)
     : world_(world), world_rank_(world.rank()), world_size_(world.size()) {
   // Ranks started with different arguments would split into groups that do not
   // match and wait on each other forever; one small all-reduce turns that into
   // the same error on every rank.
-  int32_t v[4] = {sp, -sp, ring, -ring};
-  world.all_reduce(v, v, 4, DType::I32, ReduceOp::Max);
+  int32_t v[6] = {sp, -sp, ring, -ring, zigzag ? 1 : 0, zigzag ? -1 : 0};
+  world.all_reduce(v, v, 6, DType::I32, ReduceOp::Max);
   ULY_CHECK(v[0] == -v[1], "ranks disagree on the sequence-parallel degree (--sp from " << -v[1] << " to " << v[0]
                                                                                          << "): start every rank "
                                                                                             "with the same arguments");
   ULY_CHECK(v[2] == -v[3], "ranks disagree on the ring degree (from " << -v[3] << " to " << v[2]
                                                                        << "): start every rank with the same arguments");
+  ULY_CHECK(v[4] == -v[5], "ranks disagree on zigzag sharding: start every rank with the same arguments");
 
   // From here on every decision depends only on (world_size, sp, ring), which all ranks share.
   const int P = world_size_;
@@ -52,6 +53,7 @@ ProcessMesh::ProcessMesh(Communicator& world, int sp, int ring)
   dp_rank_ = world_rank_ / sp;
   ring_size_ = ring;
   ulysses_size_ = sp / ring;
+  zigzag_ = zigzag && ring > 1;
 
   // Keys order each new group by the coordinate it indexes, so group rank == that coordinate.
   sp_ = world.split(/*color=*/dp_rank_, /*key=*/sp_rank_);
@@ -74,7 +76,7 @@ ProcessMesh::ProcessMesh(Communicator& world, int sp, int ring)
 std::string ProcessMesh::describe() const {
   std::ostringstream os;
   os << world_size_ << (world_size_ == 1 ? " rank" : " ranks") << " = dp " << dp_size_ << " × sp " << sp_size_
-     << " (ulysses " << ulysses_size_ << " × ring " << ring_size_ << ")";
+     << " (ulysses " << ulysses_size_ << " × ring " << ring_size_ << (zigzag_ ? ", zigzag" : "") << ")";
   return os.str();
 }
 

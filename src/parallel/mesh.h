@@ -11,8 +11,10 @@
 // Inside an SP group the ring degree (for ring attention / the USP hybrid) takes
 // the slow dimension: ulysses_rank = sp_rank % ulysses, ring_rank = sp_rank / ulysses,
 // so all-to-alls stay among neighbouring ranks and the ring crosses nodes. With
-// ring = 1 (the default, and the only value the attention code uses today) the
-// Ulysses group is the SP group itself and no extra communicator is made.
+// ring = 1 (the default) the Ulysses group is the SP group itself and no extra
+// communicator is made. With ring > 1 the attention is the hybrid: Ulysses inside
+// each group of `ulysses` ranks, ring attention across the `ring` groups
+// (parallel/ring_attention.h); zigzag picks the ring's token layout (token_layout.h).
 //
 // Every constructor argument check is made identically on every rank (the
 // decision depends only on the world size and on values all ranks agree on),
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/token_layout.h"
 
 namespace ulysses {
 
@@ -30,7 +33,8 @@ class ProcessMesh {
  public:
   // sp <= 0: all ranks in one SP group. ring: ring degree inside the SP group
   // (must divide sp). Collective over `world`, which must outlive the mesh.
-  ProcessMesh(Communicator& world, int sp, int ring = 1);
+  // zigzag: dual-chunk token layout over the ring (only meaningful with ring > 1).
+  ProcessMesh(Communicator& world, int sp, int ring = 1, bool zigzag = false);
   ProcessMesh(const ProcessMesh&) = delete;
   ProcessMesh& operator=(const ProcessMesh&) = delete;
 
@@ -52,6 +56,9 @@ class ProcessMesh {
   int ulysses_size() const { return ulysses_size_; }
   int ring_rank() const { return sp_rank_ / ulysses_size_; }
   int ring_size() const { return ring_size_; }
+  bool zigzag() const { return zigzag_; }
+  // Which tokens of a row each SP rank holds.
+  TokenLayout layout() const { return TokenLayout(sp_size_, ring_size_, zigzag_); }
 
   // "8 ranks = dp 2 × sp 4 (ulysses 4 × ring 1)"
   std::string describe() const;
@@ -64,6 +71,7 @@ class ProcessMesh {
   int world_rank_, world_size_;
   int sp_rank_, sp_size_, dp_rank_, dp_size_;
   int ulysses_size_, ring_size_;
+  bool zigzag_ = false;
   std::unique_ptr<Communicator> sp_, dp_, ulysses_, ring_;
 };
 

@@ -3,14 +3,18 @@
 #include <cmath>
 #include <sstream>
 
+#include "parallel/ring_attention.h"
 #include "parallel/ulysses_attention.h"
 
 namespace ulysses {
 namespace {
 
+// The rank's rows as they are: the whole sequence (kernel: the backend's attention),
+// or one ring rank's share of it (kernel: ring attention).
 class LocalAttention : public SequenceAttention {
  public:
-  explicit LocalAttention(Backend& backend) : backend_(backend) {}
+  LocalAttention(Backend& backend, std::unique_ptr<AttentionKernel> kernel)
+      : backend_(backend), kernel_(std::move(kernel)) {}
 
   void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                const Documents& docs) override {
@@ -20,13 +24,13 @@ class LocalAttention : public SequenceAttention {
     saved.v = v;
     saved.out = out;
     saved.lse = backend_.empty({H, S}, DType::F32);
-    backend_.attention_forward(out, saved.lse, q, k, v, docs, 1.0 / std::sqrt(static_cast<double>(d)));
+    kernel_->forward(out, saved.lse, q, k, v, docs, 1.0 / std::sqrt(static_cast<double>(d)));
   }
 
   void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
                 const Documents& docs) override {
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.q.dim(2)));
-    backend_.attention_backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, docs, scale);
+    kernel_->backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, docs, scale);
   }
 
   void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -49,6 +53,7 @@ class LocalAttention : public SequenceAttention {
 
  private:
   Backend& backend_;
+  std::unique_ptr<AttentionKernel> kernel_;
 };
 
 std::string valid_degrees(int64_t H, int64_t Hkv) {
@@ -95,8 +100,23 @@ void check_head_chunks(int64_t H, int64_t Hkv, int64_t P, int64_t chunks) {
 
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,
                                                            int64_t Hkv, int64_t d) {
-  if (sp_group.size() == 1) return std::make_unique<LocalAttention>(backend);
+  if (sp_group.size() == 1)
+    return std::make_unique<LocalAttention>(backend, std::make_unique<LocalAttentionKernel>(backend));
   return std::make_unique<UlyssesAttention>(backend, sp_group, H, Hkv, d);
+}
+
+std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& ulysses_group,
+                                                           Communicator& ring_group, bool zigzag, int64_t H,
+                                                           int64_t Hkv, int64_t d) {
+  if (ring_group.size() == 1) return make_sequence_attention(backend, ulysses_group, H, Hkv, d);
+  auto ring = std::make_unique<RingAttention>(backend, ring_group, zigzag);
+  if (ulysses_group.size() == 1) return std::make_unique<LocalAttention>(backend, std::move(ring));
+  return std::make_unique<UlyssesAttention>(backend, ulysses_group, H, Hkv, d, std::move(ring));
+}
+
+std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, const ProcessMesh& mesh, int64_t H,
+                                                           int64_t Hkv, int64_t d) {
+  return make_sequence_attention(backend, mesh.ulysses(), mesh.ring(), mesh.zigzag(), H, Hkv, d);
 }
 
 }  // namespace ulysses

@@ -7,8 +7,10 @@
 
 namespace ulysses {
 
-UlyssesAttention::UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d)
-    : backend_(backend), comm_(sp_group), H_(H), Hkv_(Hkv), d_(d), P_(sp_group.size()) {
+UlyssesAttention::UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d,
+                                   std::unique_ptr<AttentionKernel> kernel)
+    : backend_(backend), comm_(sp_group), H_(H), Hkv_(Hkv), d_(d), P_(sp_group.size()),
+      kernel_(kernel ? std::move(kernel) : std::make_unique<LocalAttentionKernel>(backend)) {
   check_ulysses_degree(H, Hkv, P_, P_);
   heads_per_rank_ = H / P_;
   kv_per_rank_ = Hkv >= P_ ? Hkv / P_ : 1;
@@ -52,21 +54,22 @@ void UlyssesAttention::gather_heads(Tensor& local, const Tensor& gathered, int64
 void UlyssesAttention::forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Documents& docs) {
   const int64_t S = q.dim(0) * P_;
-  ULY_CHECK(docs.tokens() == S, "ulysses attention: the documents cover " << docs.tokens() << " tokens, expected " << S);
+  ULY_CHECK(docs.tokens() == S * kernel_->ranks(),
+            "ulysses attention: the documents cover " << docs.tokens() << " tokens, expected " << S * kernel_->ranks());
   saved.q = scatter_heads(q, heads_per_rank_, false);
   saved.k = scatter_heads(k, kv_per_rank_, true);
   saved.v = scatter_heads(v, kv_per_rank_, true);
   saved.out = backend_.empty({S, heads_per_rank_, d_}, q.dtype());
   saved.lse = backend_.empty({heads_per_rank_, S}, DType::F32);
-  backend_.attention_forward(saved.out, saved.lse, saved.q, saved.k, saved.v, docs,
-                             1.0 / std::sqrt(static_cast<double>(d_)));
+  kernel_->forward(saved.out, saved.lse, saved.q, saved.k, saved.v, docs, 1.0 / std::sqrt(static_cast<double>(d_)));
   gather_heads(out, saved.out, heads_per_rank_, false);
 }
 
 void UlyssesAttention::restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Documents& docs, const Tensor& kept_out, const Tensor& kept_lse) {
-  ULY_CHECK(docs.tokens() == q.dim(0) * P_,
-            "ulysses attention: the documents cover " << docs.tokens() << " tokens, expected " << q.dim(0) * P_);
+  ULY_CHECK(docs.tokens() == q.dim(0) * P_ * kernel_->ranks(),
+            "ulysses attention: the documents cover " << docs.tokens() << " tokens, expected "
+                                                      << q.dim(0) * P_ * kernel_->ranks());
   saved.q = scatter_heads(q, heads_per_rank_, false);
   saved.k = scatter_heads(k, kv_per_rank_, true);
   saved.v = scatter_heads(v, kv_per_rank_, true);
@@ -90,8 +93,8 @@ void UlyssesAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor
   Tensor dq_full = backend_.empty({S, heads_per_rank_, d_}, dout.dtype());
   Tensor dk_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
   Tensor dv_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
-  backend_.attention_backward(dq_full, dk_full, dv_full, dout_full, s.out, s.lse, s.q, s.k, s.v, docs,
-                              1.0 / std::sqrt(static_cast<double>(d_)));
+  kernel_->backward(dq_full, dk_full, dv_full, dout_full, s.out, s.lse, s.q, s.k, s.v, docs,
+                    1.0 / std::sqrt(static_cast<double>(d_)));
   gather_heads(dq, dq_full, heads_per_rank_, false);
   gather_heads(dk, dk_full, kv_per_rank_, true);
   gather_heads(dv, dv_full, kv_per_rank_, true);

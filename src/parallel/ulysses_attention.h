@@ -2,15 +2,20 @@
 // into "all S tokens, my H/P heads", each rank runs ordinary attention on its
 // heads, and a second all-to-all turns the output back. KV heads are split
 // when Hkv % P == 0 and replicated to the ranks that need them when P % Hkv == 0
-// (their gradients summed back on the way out).
+// (their gradients summed back on the way out). The attention between the
+// all-to-alls is `kernel`: the backend's op, or ring attention across Ulysses
+// groups (the hybrid mesh), whose rows are then one ring rank's share of the row.
 #pragma once
+#include "parallel/attention_kernel.h"
 #include "parallel/sequence_attention.h"
 
 namespace ulysses {
 
 class UlyssesAttention : public SequenceAttention {
  public:
-  UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d);
+  // kernel: null for the backend's attention over the whole gathered sequence.
+  UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d,
+                   std::unique_ptr<AttentionKernel> kernel = nullptr);
   void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                const Documents& docs) override;
   void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& saved,
@@ -32,6 +37,7 @@ class UlyssesAttention : public SequenceAttention {
   Communicator& comm_;
   int64_t H_, Hkv_, d_, P_;
   int64_t heads_per_rank_, kv_per_rank_;
+  std::unique_ptr<AttentionKernel> kernel_;
 };
 
 }  // namespace ulysses

@@ -19,7 +19,8 @@ class TokenShardBatches final : public BatchSource {
                                                        << where_.dp_size
                                                        << " data-parallel groups; make batch_size x grad_accum a "
                                                           "multiple of the data-parallel degree");
-    return loader_.next_shards(rows / where_.dp_size, where_.sp_rank, where_.sp_size);
+    return loader_.next_shards(rows / where_.dp_size, where_.sp_rank,
+                               TokenLayout(where_.sp_size, where_.ring, where_.zigzag));
   }
   nlohmann::json state() const override { return nlohmann::json::parse(loader_.state_json()); }
   void restore(const nlohmann::json& s) override {

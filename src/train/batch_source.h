@@ -28,6 +28,8 @@ class BatchSource {
 
 struct MeshPosition {
   int dp_rank = 0, dp_size = 1, sp_rank = 0, sp_size = 1;
+  int ring = 1;         // ring degree inside the SP group (parallel/mesh.h)
+  bool zigzag = false;  // zigzag token layout over the ring
 };
 
 // Token shards from `ulysses prepare` (a folder's files matching prefix-*.tokens, or one file).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <cstdio>
 #include <sstream>
 
@@ -21,26 +22,38 @@ MemorySnapshot MemorySnapshot::of(const MemoryPools& pools) {
   return s;
 }
 
-int64_t local_tokens(const PlanRequest& r) { return (r.seq_len + r.sp - 1) / r.sp; }
+int64_t local_tokens(const PlanRequest& r) {
+  return TokenLayout(r.sp, r.ring, r.zigzag).padded_length(r.seq_len) / r.sp;
+}
 
 namespace {
 
 // One dry run of the step; capture_at > 0 itemises the device allocations live when the device
 // pools first hold that many bytes.
 MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
-  check_ulysses_degree(r.config.num_attention_heads, r.config.num_key_value_heads, r.sp, r.seq_len);
+  const TokenLayout layout(r.sp, r.ring, r.zigzag);
+  check_ulysses_degree(r.config.num_attention_heads, r.config.num_key_value_heads, layout.ulysses(), r.seq_len);
   ULY_CHECK(r.documents >= 1 && r.documents <= r.seq_len,
             "plan: " << r.documents << " documents cannot be packed in " << r.seq_len << " tokens");
   auto backend = make_planning_backend(r.act_dtype, r.device, r.runtime);
   if (capture_at > 0) backend->pools().capture_at_device_bytes(capture_at);
+  // Rank 0 of each group stands for every rank: their allocations are the same.
   auto sp = make_simulated_communicator(r.sp, 0);
+  auto ulysses = make_simulated_communicator(static_cast<int>(layout.ulysses()), 0);
+  auto ring = make_simulated_communicator(r.ring, 0);
   MemorySnapshot out;
   {
     LlamaWeights weights(r.config);
     weights.allocate(*backend);
     std::unique_ptr<AdamW> optimizer;
     if (r.optimizer) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{});
-    LlamaModel model(weights, *backend, *sp, r.options);
+    // The attention working set per rank is the scheme's own: Ulysses' gathered heads, the
+    // ring's K/V blocks in flight and fp32 accumulators, or both (parallel/ring_attention.h).
+    const ModelConfig& c = r.config;
+    LlamaModel model(weights, *backend,
+                     make_sequence_attention(*backend, *ulysses, *ring, layout.zigzag(), c.num_attention_heads,
+                                             c.num_key_value_heads, c.head_dim),
+                     r.options);
     TokenBatch batch;  // one sequence of the planned length; the values do not matter
     batch.B = 1;
     batch.S = r.seq_len;
@@ -49,7 +62,7 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
     batch.positions.resize(r.seq_len);
     const int64_t doc_len = (r.seq_len + r.documents - 1) / r.documents;
     for (int64_t i = 0; i < r.seq_len; ++i) batch.positions[i] = static_cast<int32_t>(i % doc_len);
-    SequenceShard shard = shard_sequence(batch, 0, *sp);
+    SequenceShard shard = shard_sequence(batch, 0, *sp, layout);
     // The simulated group moves no data, so the row's documents are set here from the whole
     // row (padding past the sequence is a document of its own, as shard_sequence makes it).
     std::vector<int32_t> row(static_cast<size_t>(shard.S_global));
@@ -156,7 +169,9 @@ std::string memory_report(const MemorySnapshot& m, int64_t tokens, int64_t hidde
 
 int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, int64_t granularity) {
   ULY_CHECK(granularity > 0 && req.sp > 0, "max_sequence: granularity and sp must be positive");
-  const int64_t unit = granularity % req.sp == 0 ? granularity : granularity * req.sp;
+  // A multiple of the granularity and of what the token layout needs (sp, or lcm(sp, 2 ring) with zigzag).
+  const int64_t unit = std::lcm(granularity % req.sp == 0 ? granularity : granularity * req.sp,
+                                TokenLayout(req.sp, req.ring, req.zigzag).multiple());
   auto fits = [&](int64_t units) {
     req.seq_len = units * unit;
     req.documents = std::min<int64_t>(req.documents, req.seq_len);

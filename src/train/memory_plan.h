@@ -29,6 +29,8 @@ struct PlanRequest {
   ModelConfig config;
   int64_t seq_len = 0;  // tokens of one sequence (the global length)
   int sp = 1;           // sequence-parallel degree
+  int ring = 1;         // ring-attention degree inside sp (the hybrid mesh; parallel/mesh.h)
+  bool zigzag = false;  // zigzag token layout over the ring
   StepOptions options;
   DType act_dtype = DType::F32;  // F32 plans the cpu backend, BF16 the cuda one
   Device device = Device::CPU;
@@ -39,7 +41,7 @@ struct PlanRequest {
   Backend* runtime = nullptr;
 };
 
-// Local tokens per rank (the sequence padded to a multiple of sp, divided by sp).
+// Local tokens per rank (the sequence padded by the token layout, divided by sp).
 int64_t local_tokens(const PlanRequest& r);
 // itemize: a second dry run records the allocations live when the device peak is reached.
 MemorySnapshot plan_step_memory(const PlanRequest& r, bool itemize = false);

@@ -28,7 +28,7 @@ void finish_loss(double local_sum, ProcessMesh& mesh, StepResult& r) {
 std::vector<SequenceShard> local_shards(const TokenBatch& batch, ProcessMesh& mesh) {
   std::vector<SequenceShard> out;
   for (int64_t row = mesh.dp_rank(); row < batch.B; row += mesh.dp_size())
-    out.push_back(shard_sequence(batch, row, mesh.sp()));
+    out.push_back(shard_sequence(batch, row, mesh.sp(), mesh.layout()));
   return out;
 }
 

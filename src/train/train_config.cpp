@@ -44,7 +44,8 @@ eval_batches: 4
 checkpoint_every: 0     # steps between checkpoints; 0 = only at the end (and on SIGINT/SIGTERM)
 skip_nonfinite: 0       # steps with a non-finite loss or gradient norm skipped (no update) before the run stops
 log_every: 1
-out_dir: runs/train     # metrics.jsonl, checkpoints/, loss.png
+tensorboard: true       # TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl
+out_dir: runs/train     # metrics.jsonl, events.out.tfevents.*, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
 overwrite: false        # a fresh run may write into an out_dir that holds another run's results
 save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat16, float16 or float32); masters stay fp32
@@ -52,6 +53,8 @@ keep_last: 0            # > 0: keep only the newest N checkpoints (never removin
 tokenizer: ""           # folder whose tokenizer/chat-template files go into every checkpoint's model/;
                         # default: the model folder's, else the tokenizer data.train was prepared with
 sp: 0                   # sequence-parallel degree; 0 = all ranks
+sp_ring: 1              # ring-attention degree inside sp (Ulysses degree = sp / sp_ring); sp_ring = sp: pure ring
+zigzag: false           # with sp_ring > 1: zigzag (dual-chunk) sharding balances causal work over the ring
 backend: cpu            # cpu or cuda
 dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
 comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
@@ -199,6 +202,7 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("skip_nonfinite", kStepCount),
       int_key("log_every", {1, kSteps.hi, "steps"}),
       int_key("sp", kSpDegree),
+      int_key("sp_ring", kRingDegree),
       int_key("memory.tiled_mlp", kMlpTiles),
       int_key("memory.tiled_loss", kLossTile),
       int_key("memory.offload_checkpoints", kOffloadLayers),
@@ -308,6 +312,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.skip_nonfinite = cfg["skip_nonfinite"];
   c.checkpoint_every = cfg["checkpoint_every"];
   c.log_every = cfg["log_every"];
+  c.tensorboard = cfg["tensorboard"];
   c.out_dir = cfg["out_dir"];
   c.resume = cfg["resume"];
   c.overwrite = cfg["overwrite"];
@@ -315,6 +320,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.keep_last = cfg["keep_last"];
   c.tokenizer = cfg["tokenizer"];
   c.sp = cfg["sp"];
+  c.sp_ring = cfg["sp_ring"];
+  c.zigzag = cfg["zigzag"];
   c.backend = cfg["backend"];
   c.dtype = cfg["dtype"];
   c.comm = cfg["comm"];

@@ -41,6 +41,7 @@ struct TrainConfig {
   int64_t skip_nonfinite = 0;  // non-finite steps skipped (no update) before the run stops
   int64_t checkpoint_every = 0;  // 0 = only at the end (and on SIGINT/SIGTERM)
   int64_t log_every = 1;
+  bool tensorboard = true;  // TensorBoard event files beside metrics.jsonl
   std::string out_dir = "runs/train";
   bool resume = false;
   bool overwrite = false;  // a fresh run may write over another run's results in out_dir
@@ -49,6 +50,8 @@ struct TrainConfig {
   std::string tokenizer;                // folder of tokenizer files for the checkpoints (default: model's or data's)
 
   int sp = 0;  // 0 = all ranks in one sequence-parallel group
+  int sp_ring = 1;      // ring-attention degree inside the sequence-parallel group (parallel/mesh.h)
+  bool zigzag = false;  // zigzag token layout over the ring (parallel/token_layout.h)
   std::string backend = "cpu";
   std::string dtype = "bf16";  // on cuda: bf16 | fp32
   std::string comm = "mpi";    // mpi | nccl (see parallel/step_communicator.h)

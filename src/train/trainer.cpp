@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/model_folder.h"
 #include "io/regular_file.h"
+#include "io/tensorboard.h"
 #include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
@@ -149,12 +150,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                               cfg.dtype == "fp32" ? DType::F32 : DType::BF16)
           : make_cpu_backend();
   StepCommunicator comm(world, *backend, cfg.comm);
-  ProcessMesh mesh(comm.get(), cfg.sp);
+  ProcessMesh mesh(comm.get(), cfg.sp, cfg.sp_ring, cfg.zigzag);
   const ModelConfig mc = model_config_for(cfg);
   ULY_CHECK(cfg.seq_len % mesh.sp_size() == 0,
             "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
                             << "; choose a multiple of " << mesh.sp_size());
-  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.sp_size(), cfg.seq_len);
+  if (mesh.zigzag()) mesh.layout().check_length(cfg.seq_len, "data.seq_len");
+  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.ulysses_size(), cfg.seq_len);
   ULY_CHECK(cfg.batch_size % mesh.dp_size() == 0,
             "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
                           << " data-parallel groups; choose a multiple of " << mesh.dp_size());
@@ -165,6 +167,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.config = mc;
   plan.seq_len = cfg.seq_len;
   plan.sp = mesh.sp_size();
+  plan.ring = mesh.ring_size();
+  plan.zigzag = mesh.zigzag();
   plan.options = cfg.memory;
   plan.act_dtype = backend->act_dtype();
   plan.device = backend->device();
@@ -206,7 +210,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   AdamW optimizer(weights, *backend, oc);
   if (folder) optimizer.load_master(*folder);
 
-  const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size()};
+  const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size(), mesh.ring_size(),
+                           mesh.zigzag()};
   auto train =
       open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
   std::unique_ptr<BatchSource> val;
@@ -250,10 +255,11 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     }
   } else if (rank0) {
     write_file_atomic(metrics_path.string(), "");
+    remove_event_files(cfg.out_dir);  // a fresh run's TensorBoard shows only itself
   }
   if (rank0) write_file_atomic((out_dir / "config.json").string(), cfg.as_json.dump(2) + "\n");
 
-  LlamaModel model(weights, *backend, mesh.sp(), cfg.memory);
+  LlamaModel model(weights, *backend, mesh, cfg.memory);
   const int64_t rows = cfg.batch_size * cfg.grad_accum;
   const bool recompute = cfg.memory.checkpoint;
   const StepFlops flops = step_flops(mc, std::vector<int64_t>(rows, cfg.seq_len), recompute);
@@ -265,9 +271,15 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
   std::unique_ptr<AppendFile> metrics;
   if (rank0) metrics = std::make_unique<AppendFile>(metrics_path.string());
+  std::unique_ptr<EventFileWriter> events;  // the same figures for TensorBoard
+  if (rank0 && cfg.tensorboard) {
+    events = std::make_unique<EventFileWriter>(cfg.out_dir);
+    if (start_step > 0) events->session_start(start_step + 1);  // older files' later steps are superseded
+  }
   auto save = [&](int64_t step) {
     if (rank0) {
       metrics->sync();  // the metrics up to a checkpoint are on disk before it is
+      if (events) events->sync();
       TrainerState st;
       st.step = step;
       st.loader = train->state();
@@ -339,6 +351,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       if (on_gpu) m["mfu"] = mfu;
       if (!info.applied) m["skipped_nonfinite"] = true;
       metrics->append(m.dump() + "\n");
+      if (events) {
+        std::vector<std::pair<std::string, double>> scalars = {
+            {"train/loss", r.loss}, {"train/lr", info.lr}, {"train/grad_norm", info.grad_norm},
+            {"train/tokens_per_s", r.tokens / dt}, {"train/tflops", tflops}};
+        if (on_gpu) scalars.emplace_back("train/mfu", mfu);
+        events->scalars(step, scalars);
+      }
       if (step % cfg.log_every == 0 || step == cfg.steps) {
         char mfu_text[16] = "-";
         if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
@@ -365,6 +384,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
       if (rank0) {
         metrics->append(nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() + "\n");
+        if (events) events->scalars(step, {{"eval/loss", eval_loss}});
         std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
       }
     }
@@ -373,8 +393,13 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     world.all_reduce(&stop, &any_stop, 1, DType::I32, ReduceOp::Max);
     const bool last = step == cfg.steps;
     if (any_stop || last || (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0)) save(step);
-    if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP"))  // fault injection for the resume tests
-      if (std::atoll(kill_at) == step) std::raise(SIGKILL);
+    // Fault injection for the resume and rank-failure tests: SIGKILL at this step, on every
+    // rank or only on ULYSSES_TEST_KILL_RANK (the others then block in the next collective).
+    if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP")) {
+      const char* kill_rank = std::getenv("ULYSSES_TEST_KILL_RANK");
+      if (std::atoll(kill_at) == step && (kill_rank == nullptr || std::atoi(kill_rank) == world.rank()))
+        std::raise(SIGKILL);
+    }
     if (any_stop && !last) {
       ULY_INFO("stopped by a signal at step " << step << "; resume with resume=true (a second signal stops at once)");
       exit_code = 130;

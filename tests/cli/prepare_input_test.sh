@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prepare's inputs: gzip and zstd files give the shards their plain text gives; a big plain
 # file is tokenized in pieces (the same tokens as whole, memory bounded by the piece size,
-# not the file); binary and Parquet files are refused with one line naming them.
+# not the file); binary files and malformed Parquet files are refused with one line naming them.
 source "$(dirname "$0")/lib.sh" "$@"
 cd "$TMP"
 TK="$ROOT/fixtures/tokenizers/llama3"
@@ -70,7 +70,7 @@ printf 'abc' | cat - noise.bin | tr -d '\000' > noise.txt
 expect_error "mostly non-UTF-8 bytes" "noise.txt: looks binary \([0-9]+ of the first [0-9]+ bytes are not UTF-8 text\)" \
   "$ULYSSES" prepare --input noise.txt --out b2 --quiet
 printf 'PAR1\001\002\003\004' > t.parquet
-expect_error "a Parquet file" "t.parquet: a Parquet file.*not Parquet yet.*read_parquet" \
+expect_error "a malformed Parquet file" "t.parquet: (not a valid Parquet file|a Parquet file, and this build of ulysses has no Parquet reader)" \
   "$ULYSSES" prepare --input t.parquet --out b3 --quiet
 printf 'not gzip at all' | gzip | head -c 20 > broken.gz
 expect_error "a truncated gzip file" "broken.gz: the gzip data ends early" "$ULYSSES" prepare --input broken.gz --out b4 --quiet

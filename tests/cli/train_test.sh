@@ -40,6 +40,18 @@ assert worst <= 1e-5, worst
 assert a[-1] < a[0] - 0.5, "the loss did not fall"
 PY
 then pass "sp=2 loss curve equals sp=1 (<= 1e-5 per step) and falls"; else fail "sp=2 loss curve equals sp=1"; fi
+# Ring attention with zigzag sharding (the loader reads each rank's two chunks): the same curve.
+$MPIRUN -np 2 "$ULYSSES" train train.yaml out_dir=ring2 sp=2 sp_ring=2 zigzag=true > ring2.log 2>&1 \
+  || { fail "train sp_ring=2 zigzag"; tail ring2.log; }
+if python3 - sp1/metrics.jsonl ring2/metrics.jsonl <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if "loss" in l]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if "loss" in l]
+assert len(a) == len(b) == 20, (len(a), len(b))
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+assert worst <= 1e-5, worst
+PY
+then pass "sp_ring=2 zigzag loss curve equals sp=1 (20 steps)"; else fail "sp_ring=2 zigzag loss curve equals sp=1"; fi
 [ -f sp1/checkpoints/step-0000020/model/model.safetensors ] && [ -f sp1/checkpoints/step-0000020/COMPLETE ] \
   && pass "final checkpoint written" || fail "final checkpoint written"
 
@@ -104,6 +116,8 @@ expect_error "a NaN learning rate" "key 'optimizer.lr' expects a number, got \"n
   "$ULYSSES" train train.yaml optimizer.lr=nan out_dir=bad
 "$ULYSSES" train train.yaml out_dir=nan steps=1 > nandir.log 2>&1 && [ -f nan/metrics.jsonl ] \
   && pass "out_dir=nan is a folder called nan" || { fail "out_dir=nan is a folder called nan"; tail -2 nandir.log; }
+expect_error "zigzag with a length the chunks do not divide" "data.seq_len 66 is not a multiple of 4.*zigzag" \
+  $MPIRUN -np 2 "$ULYSSES" train train.yaml data.seq_len=66 sp=2 sp_ring=2 zigzag=true out_dir=bad
 expect_error "unknown dtype" "unknown dtype 'fp8' \(bf16 or fp32\)" "$ULYSSES" train train.yaml dtype=fp8 out_dir=bad
 expect_error "nccl on the cpu backend" "comm nccl.*needs the cuda backend" "$ULYSSES" train train.yaml comm=nccl out_dir=bad
 # A fresh run into a finished run's folder is refused unless told to overwrite.

@@ -101,7 +101,7 @@ TYPED_TEST(CudaOps, EmbeddingForwardBackward) {
 TYPED_TEST(CudaOps, RmsnormForward) {
   using T = TypeParam;
   const double eps = 1e-5;
-  for (auto [N, D] : {std::pair<int64_t, int64_t>{37, 1000}, {5, 4096}, {3, 7}}) {
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{37, 1000}, {5, 4096}, {3, 7}, {2, 20000}, {5, 1004}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " D=" << D);
     const auto x = rounded<T>(random_vector_f(N * D, 10, -2, 2));
     const auto w = rounded<T>(random_vector_f(D, 11, 0.5, 1.5));
@@ -131,7 +131,7 @@ TYPED_TEST(CudaOps, RmsnormForward) {
 TYPED_TEST(CudaOps, RmsnormBackward) {
   using T = TypeParam;
   const double eps = 1e-5;
-  for (auto [N, D] : {std::pair<int64_t, int64_t>{300, 1000}, {1, 4096}, {70, 33}}) {
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{300, 1000}, {1, 4096}, {70, 33}, {3000, 2048}, {4, 20000}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " D=" << D);
     const auto x = rounded<T>(random_vector_f(N * D, 20, -2, 2));
     const auto w = rounded<T>(random_vector_f(D, 21, 0.5, 1.5));

@@ -120,6 +120,15 @@ TEST(Mesh, RanksThatDisagreeAllThrow) {
   const int mine = w.rank() == 0 ? 1 : w.size();
   EXPECT_EQ(sum_over_ranks(throws_with(0, 1, "ranks disagree", mine)), w.size());
   EXPECT_EQ(sum_over_ranks(layout_wrong(w.size(), 1)), 0);
+  // Zigzag on rank 0 only: every rank throws instead of laying tokens out two ways.
+  int64_t threw = 0;
+  try {
+    ProcessMesh mesh(w, w.size(), w.size(), w.rank() == 0);
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("ranks disagree on zigzag"), std::string::npos) << e.message();
+    threw = 1;
+  }
+  EXPECT_EQ(sum_over_ranks(threw), w.size());
 }
 
 }  // namespace

@@ -169,6 +169,39 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void attention_forward_block_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Documents& docs, int64_t q0, int64_t k0, double scale) override {
+    const Tensor& doc_start = docs.doc_start;
+    check_doc_starts("attention_forward_block", doc_start);
+    dispatch(q.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cpu::attention_forward_block(ptr<T>(out), ptr<T>(lse), ptr<T>(q), ptr<T>(k), ptr<T>(v),
+                                   ptr<int32_t>(doc_start), q.dim(0), k.dim(0), q0, k0, q.dim(1), k.dim(1),
+                                   q.dim(2), scale);
+    });
+  }
+
+  void attention_backward_block_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                     const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Documents& docs, int64_t q0, int64_t k0, double scale) override {
+    const Tensor& doc_start = docs.doc_start;
+    check_doc_starts("attention_backward_block", doc_start);
+    dispatch(q.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cpu::attention_backward_block(ptr<T>(dq), ptr<T>(dk), ptr<T>(dv), ptr<T>(dout), ptr<T>(out), ptr<T>(lse),
+                                    ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<int32_t>(doc_start), q.dim(0), k.dim(0),
+                                    q0, k0, q.dim(1), k.dim(1), q.dim(2), scale);
+    });
+  }
+
+  void attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) override {
+    dispatch(out.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cpu::attention_merge<T, T>(ptr<T>(acc), ptr<T>(acc_lse), ptr<T>(out), ptr<T>(lse), out.dim(0), out.dim(1),
+                                 out.dim(2));
+    });
+  }
+
   // gate, up, h: [..., F], all the same shape.
   void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) override {
     const auto [N, F] = rows_cols(gate);
@@ -321,13 +354,16 @@ class CpuBackend final : public Backend {
 
   // The dimensions of q [S, H, d] and k [S, Hkv, d]; checks that each doc_start[i] lies in [0, i].
   static Dims attention_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& doc_start) {
-    const Dims a{q.dim(0), q.dim(1), k.dim(1), q.dim(2)};
+    check_doc_starts(op, doc_start);
+    return Dims{q.dim(0), q.dim(1), k.dim(1), q.dim(2)};
+  }
+  // Each doc_start[i] lies in [0, i].
+  static void check_doc_starts(const char* op, const Tensor& doc_start) {
     const int32_t* ds = ptr<int32_t>(doc_start);
-    for (int64_t i = 0; i < a.S; ++i)
+    for (int64_t i = 0; i < doc_start.numel(); ++i)
       ULY_CHECK(ds[i] >= 0 && ds[i] <= i, op << ": doc_start[" << i << "] = " << ds[i]
                                              << " must lie in [0, " << i
                                              << "] (the first token of query " << i << "'s document)");
-    return a;
   }
 
   static void rope(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq, bool forward) {

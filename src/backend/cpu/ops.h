@@ -53,6 +53,28 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
                         const T* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv, int64_t d,
                         double scale);
 
+// Block-offset form (ring attention): q rows are global tokens q0 .. q0 + Sq - 1, k/v rows
+// global tokens k0 .. k0 + Sk - 1, and doc_start: [S_global] is the whole row's. Query q0 + i
+// sees key k0 + j when doc_start[q0 + i] <= k0 + j <= q0 + i. q, out: [Sq, H, d];
+// k, v: [Sk, Hkv, d]; lse: [H, Sq] (write); a row that sees no key of the block gets
+// out = 0 and lse = -inf. attention_forward is the block with Sq = Sk = S, q0 = k0 = 0.
+template <class T>
+void attention_forward_block(T* out, T* lse, const T* q, const T* k, const T* v, const int32_t* doc_start,
+                             int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H, int64_t Hkv, int64_t d,
+                             double scale);
+// The block's share of the gradients: out, lse: [Sq, H, d], [H, Sq] are the rows' merged
+// results over all their keys (so that P = exp(s - lse) is the full softmax).
+// dq: [Sq, H, d]; dk, dv: [Sk, Hkv, d] (write).
+template <class T>
+void attention_backward_block(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
+                              const T* k, const T* v, const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0,
+                              int64_t k0, int64_t H, int64_t Hkv, int64_t d, double scale);
+// Log-sum-exp merge of a block's result into a running one over the same S query rows:
+// acc: [S, H, d], acc_lse: [H, S] (read and write; acc_lse = -inf means empty so far);
+// out: [S, H, d], lse: [H, S] the block's.
+template <class A, class T>
+void attention_merge(A* acc, A* acc_lse, const T* out, const T* lse, int64_t S, int64_t H, int64_t d);
+
 // ---- SwiGLU: h = silu(gate) * up -------------------------------------------------
 // h, gate, up: [N, F] (h write).
 template <class T>

@@ -6,6 +6,7 @@
 //   qbmin   int32 [nqb]       min doc_start of each query block of BR rows
 //   sufmin  int32 [nqb]       suffix minimum of qbmin
 // where BR is the backward query tile for d (bwd_query_tile) and nqb = ceil(S / BR).
+// The block-offset form (attention_backward_block) lays it out for S = Sq, its query rows.
 #include <algorithm>
 
 #include "backend/cuda/attention.h"
@@ -94,14 +95,14 @@ void run_backward(__nv_bfloat16* dq, attn::BwdParams p, const __nv_bfloat16* out
                   char* ws, cudaStream_t stream) {
   using Cfg = BwdConfig<D>;
   using Tile = attn::BwdTile<D, Cfg::NW, Cfg::BR>;
-  const int64_t S = p.S, H = p.H;
+  const int64_t Sq = p.Sq, Sk = p.Sk, H = p.H;
 
-  CUDA_CHECK(cudaMemsetAsync(ws + w.dq_acc, 0, size_t(S * H * D) * sizeof(float), stream));
-  attention_bwd_dsum_kernel<D><<<blocks_for(S * H * (D / 8), "dsum"), 256, 0, stream>>>(
-      reinterpret_cast<float*>(ws + w.dsum), p.dout, out, p.S, p.H);
+  CUDA_CHECK(cudaMemsetAsync(ws + w.dq_acc, 0, size_t(Sq * H * D) * sizeof(float), stream));
+  attention_bwd_dsum_kernel<D><<<blocks_for(Sq * H * (D / 8), "dsum"), 256, 0, stream>>>(
+      reinterpret_cast<float*>(ws + w.dsum), p.dout, out, p.Sq, p.H);
   CUDA_CHECK_LAUNCH("attention_bwd_dsum");
   attention_bwd_qbmin_kernel<Cfg::BR><<<blocks_for(p.nqb, "qbmin"), 256, 0, stream>>>(
-      reinterpret_cast<int32_t*>(ws + w.qbmin), p.doc_start, p.S, p.nqb);
+      reinterpret_cast<int32_t*>(ws + w.qbmin), p.doc_start + p.q_off, p.Sq, p.nqb);
   CUDA_CHECK_LAUNCH("attention_bwd_qbmin");
   attention_bwd_sufmin_kernel<<<1, kSufminThreads, 0, stream>>>(reinterpret_cast<int32_t*>(ws + w.sufmin),
                                                                 reinterpret_cast<const int32_t*>(ws + w.qbmin),
@@ -111,11 +112,14 @@ void run_backward(__nv_bfloat16* dq, attn::BwdParams p, const __nv_bfloat16* out
   auto kernel = attention_bwd_main_kernel<D, Cfg::NW, Cfg::BR>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(Tile::smem_bytes)));
-  const dim3 grid(static_cast<unsigned>((S + Tile::BC - 1) / Tile::BC), static_cast<unsigned>(p.Hkv));
-  kernel<<<grid, Tile::NT, Tile::smem_bytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH("attention_bwd_main");
+  if (Sk > 0) {
+    const dim3 grid(static_cast<unsigned>((Sk + Tile::BC - 1) / Tile::BC), static_cast<unsigned>(p.Hkv));
+    kernel<<<grid, Tile::NT, Tile::smem_bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("attention_bwd_main");
+  }
 
-  const int64_t n = S * H * D;
+  const int64_t n = Sq * H * D;
+  if (n == 0) return;
   const int64_t dq_blocks = std::min<int64_t>((n / 4 + 255) / 256, 132 * 16);
   attention_bwd_dq_kernel<<<static_cast<unsigned>(dq_blocks), 256, 0, stream>>>(dq, p.dq_acc, n, p.scale);
   CUDA_CHECK_LAUNCH("attention_bwd_dq");
@@ -136,23 +140,37 @@ void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
                         const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                         int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream) {
+  attention_backward_block(dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H, Hkv, d, scale, workspace,
+                           workspace_bytes, stream);
+}
+
+void attention_backward_block(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                              const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
+                              const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t Sq,
+                              int64_t Sk, int64_t q0, int64_t k0, int64_t H, int64_t Hkv, int64_t d, double scale,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "cuda::attention_backward";
-  attn_host::check_shapes(op, S, H, Hkv, d, scale);
-  if (S == 0) return;
-  const Workspace w = workspace_layout(S, H, d);
+  attn_host::check_shapes(op, std::max(Sq, Sk), H, Hkv, d, scale);
+  attn_host::check_offsets(op, Sq, Sk, q0, k0);
+  if (Sq == 0 && Sk == 0) return;
+  const Workspace w = workspace_layout(Sq, H, d);
   ULY_CHECK(workspace != nullptr && workspace_bytes >= w.total,
             op << ": workspace of " << workspace_bytes << " bytes at " << workspace << " is too small; need "
-               << w.total << " bytes (attention_backward_workspace_bytes(S=" << S << ", H=" << H
+               << w.total << " bytes (attention_backward_workspace_bytes(S=" << Sq << ", H=" << H
                << ", Hkv=" << Hkv << ", d=" << d << "))");
   attn_host::check_ptr(workspace, "workspace", op);
-  attn_host::check_ptr(dq, "dq", op);
-  attn_host::check_ptr(dk, "dk", op);
-  attn_host::check_ptr(dv, "dv", op);
-  attn_host::check_ptr(dout, "dout", op);
-  attn_host::check_ptr(out, "out", op);
-  attn_host::check_ptr(q, "q", op);
-  attn_host::check_ptr(k, "k", op);
-  attn_host::check_ptr(v, "v", op);
+  if (Sq > 0) {
+    attn_host::check_ptr(dq, "dq", op);
+    attn_host::check_ptr(dout, "dout", op);
+    attn_host::check_ptr(out, "out", op);
+    attn_host::check_ptr(q, "q", op);
+  }
+  if (Sk > 0) {
+    attn_host::check_ptr(dk, "dk", op);
+    attn_host::check_ptr(dv, "dv", op);
+    attn_host::check_ptr(k, "k", op);
+    attn_host::check_ptr(v, "v", op);
+  }
   ULY_CHECK(lse != nullptr && doc_start != nullptr, op << ": lse or doc_start is null");
 
   char* ws = static_cast<char*>(workspace);
@@ -169,11 +187,14 @@ void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
   p.doc_start = doc_start;
   p.qbmin = reinterpret_cast<const int32_t*>(ws + w.qbmin);
   p.sufmin = reinterpret_cast<const int32_t*>(ws + w.sufmin);
-  p.S = static_cast<int>(S);
+  p.Sq = static_cast<int>(Sq);
+  p.Sk = static_cast<int>(Sk);
+  p.q_off = static_cast<int>(q0);
+  p.k_off = static_cast<int>(k0);
   p.H = static_cast<int>(H);
   p.Hkv = static_cast<int>(Hkv);
   p.group = static_cast<int>(H / Hkv);
-  p.nqb = static_cast<int>((S + bwd_query_tile(d) - 1) / bwd_query_tile(d));
+  p.nqb = static_cast<int>((Sq + bwd_query_tile(d) - 1) / bwd_query_tile(d));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   p.scale = static_cast<float>(scale);
   switch (d) {

@@ -14,20 +14,24 @@
 
 namespace ulysses::cuda::attn {
 
+// Block-offset form (ring attention): query row i is global token q_off + i, key
+// row j global token k_off + j; doc_start is the whole row's, qbmin and sufmin hold
+// global doc_start values of the query rows; the full form has Sq = Sk = S, offsets 0.
 struct BwdParams {
-  bf16* dk;                  // [S, Hkv, D]
-  bf16* dv;                  // [S, Hkv, D]
-  float* dq_acc;             // [S, H, D] workspace, zeroed before the main kernel
-  const bf16* dout;          // [S, H, D]
-  const bf16* q;             // [S, H, D]
-  const bf16* k;             // [S, Hkv, D]
-  const bf16* v;             // [S, Hkv, D]
-  const float* lse;          // [H, S]
-  const float* dsum;         // [H, S] workspace (D above)
-  const int32_t* doc_start;  // [S]
+  bf16* dk;                  // [Sk, Hkv, D]
+  bf16* dv;                  // [Sk, Hkv, D]
+  float* dq_acc;             // [Sq, H, D] workspace, zeroed before the main kernel
+  const bf16* dout;          // [Sq, H, D]
+  const bf16* q;             // [Sq, H, D]
+  const bf16* k;             // [Sk, Hkv, D]
+  const bf16* v;             // [Sk, Hkv, D]
+  const float* lse;          // [H, Sq]
+  const float* dsum;         // [H, Sq] workspace (D above)
+  const int32_t* doc_start;  // [S_row]
   const int32_t* qbmin;      // [nqb] workspace
   const int32_t* sufmin;     // [nqb] workspace
-  int S, H, Hkv, group, nqb;
+  int Sq, Sk, q_off, k_off;
+  int H, Hkv, group, nqb;
   float scale_log2, scale;
 };
 
@@ -138,15 +142,16 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
   int* sRange = sLo + 2 * BR;                               // [1]
 
   const int tid = thread_idx(), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int S = p.S;
+  const int Sq = p.Sq, Sk = p.Sk, delta = p.q_off - p.k_off;  // query i sees local keys up to i + delta
   const int kb = block_x(), hk = block_y();
   const int k0 = kb * BC;
-  const int k_last = imin(k0 + BC - 1, S - 1);
+  const int k_last = imin(k0 + BC - 1, Sk - 1);
+  const int k_last_g = k_last + p.k_off;  // its global index, for the (global) doc_start minima
   const int64_t q_row = int64_t(p.H) * D, kv_row = int64_t(p.Hkv) * D;
 
   for (int c = tid; c < BC * CH; c += NT) {
     const int r = c / CH, cc = c % CH, j = k0 + r;
-    if (j < S) {
+    if (j < Sk) {
       const int64_t off = j * kv_row + int64_t(hk) * D + cc * 8;
       cp_async16(sK + r * LDS + cc * 8, p.k + off);
       cp_async16(sV + r * LDS + cc * 8, p.v + off);
@@ -161,18 +166,18 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
   // earlier query sees it) up to the last block whose suffix-min doc_start is
   // <= k_last (no later query's document starts early enough). sufmin is
   // non-decreasing, so binary search.
-  const int qb_begin = k0 / BR;
+  const int qb_begin = imax(k0 - delta, 0) / BR;
   if (tid == 0) {
-    int lo = qb_begin, hi = p.nqb;  // first b in [qb_begin, nqb) with sufmin[b] > k_last
+    int lo = qb_begin, hi = p.nqb;  // first b in [qb_begin, nqb) with sufmin[b] > k_last_g
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (p.sufmin[mid] > k_last) hi = mid;
+      if (p.sufmin[mid] > k_last_g) hi = mid;
       else lo = mid + 1;
     }
     sRange[0] = lo;
   }
   block_sync();
-  const int nq = sRange[0] - qb_begin;  // may be 0 only for an invalid doc_start
+  const int nq = imax(sRange[0] - qb_begin, 0);  // 0 when every query precedes the block, or its document does
   const int total = p.group * nq;
 
   auto load_q = [&](int it, int buf) {
@@ -181,7 +186,7 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
     bf16* dO = sdO + buf * BR * LDS;
     for (int c = tid; c < BR * CH; c += NT) {
       const int r = c / CH, cc = c % CH, i = q0 + r;
-      if (i < S) {
+      if (i < Sq) {
         const int64_t off = i * q_row + int64_t(h) * D + cc * 8;
         cp_async16(dQ + r * LDS + cc * 8, p.q + off);
         cp_async16(dO + r * LDS + cc * 8, p.dout + off);
@@ -192,10 +197,10 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
     }
     for (int c = tid; c < BR; c += NT) {
       const int i = q0 + c;
-      if (i < S) {
-        cp_async4(sLse + buf * BR + c, p.lse + int64_t(h) * S + i);
-        cp_async4(sDs + buf * BR + c, p.dsum + int64_t(h) * S + i);
-        cp_async4(sLo + buf * BR + c, p.doc_start + i);
+      if (i < Sq) {
+        cp_async4(sLse + buf * BR + c, p.lse + int64_t(h) * Sq + i);
+        cp_async4(sDs + buf * BR + c, p.dsum + int64_t(h) * Sq + i);
+        cp_async4(sLo + buf * BR + c, p.doc_start + p.q_off + i);  // global: compared with global keys
       } else {
         sLse[buf * BR + c] = 0.f;
         sDs[buf * BR + c] = 0.f;
@@ -213,7 +218,7 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
 
   const int kw = warp * 16;  // the warp's first key row within the tile
-  const int key[2] = {k0 + kw + g, k0 + kw + g + 8};
+  const int key[2] = {k0 + kw + g, k0 + kw + g + 8};  // local key rows
   const int arow = pat_a_row(lane), acol = pat_a_col(lane);
   const int brow = pat_b_row(lane), bcol = pat_b_col(lane);
   const int wm = warp / WN, wn = warp % WN;  // dQ tile of this warp
@@ -228,7 +233,7 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
     const int h = hk * p.group + it / nq, qb = qb_begin + it % nq, q0 = qb * BR;
     // A block whose every query's document starts after this key block (possible
     // only for non-contiguous doc_start) contributes nothing. CTA-uniform.
-    if (p.qbmin[qb] > k_last) continue;
+    if (p.qbmin[qb] > k_last_g) continue;
     const bf16* cQ = sQ + buf * BR * LDS;
     const bf16* cdO = sdO + buf * BR * LDS;
     const float* cLse = sLse + buf * BR;
@@ -264,7 +269,7 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qc = n * 8 + 2 * t + (e & 1), i = q0 + qc, j = key[e / 2];
-        const bool ok = j >= cLo[qc] && j <= i;
+        const bool ok = j + p.k_off >= cLo[qc] && j <= i + delta && j < Sk;
         const float pr = ok ? fast_exp2(st[n][e] * p.scale_log2 - cLse[qc] * kLog2e) : 0.f;
         st[n][e] = pr;
         dpt[n][e] = pr * (dpt[n][e] - cDs[qc]);
@@ -322,7 +327,7 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = q0 + wm * 16 + hf * 8 + g;
-      if (i >= S) continue;
+      if (i >= Sq) continue;
       float* dst = p.dq_acc + i * q_row + int64_t(h) * D + wn * DNW + 2 * t;
 #pragma unroll
       for (int n = 0; n < DNW / 8; ++n) red_add_f2(dst + n * 8, dq[n][2 * hf], dq[n][2 * hf + 1]);
@@ -332,7 +337,7 @@ ATTN_DEV void attention_bwd_main_body(const BwdParams& p, unsigned char* smem) {
 
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    if (key[hf] >= S) continue;
+    if (key[hf] >= Sk) continue;
     const int64_t off = key[hf] * kv_row + int64_t(hk) * D + 2 * t;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {

@@ -4,19 +4,25 @@
 // the key blocks of BC keys that the block's rows can see, double-buffering
 // K/V tiles in shared memory with cp.async. Online softmax in fp32 on
 // log2e-prescaled scores. See docs/attention.md.
+//
+// Block-offset form (ring attention): query row i is global token q_off + i and
+// key row j global token k_off + j (doc_start is the whole row's), so row i sees
+// keys j in [doc_start[q_off + i] - k_off, i + q_off - k_off]; the full form has
+// Sq = Sk = S and q_off = k_off = 0.
 #pragma once
 #include "backend/cuda/attention_device.cuh"
 
 namespace ulysses::cuda::attn {
 
 struct FwdParams {
-  bf16* out;               // [S, H, D]
-  float* lse;              // [H, S]
-  const bf16* q;           // [S, H, D]
-  const bf16* k;           // [S, Hkv, D]
-  const bf16* v;           // [S, Hkv, D]
-  const int32_t* doc_start;  // [S]
-  int S, H, Hkv, group;    // group = H / Hkv
+  bf16* out;               // [Sq, H, D]
+  float* lse;              // [H, Sq]
+  const bf16* q;           // [Sq, H, D]
+  const bf16* k;           // [Sk, Hkv, D]
+  const bf16* v;           // [Sk, Hkv, D]
+  const int32_t* doc_start;  // [S_row]: the whole row's
+  int Sq, Sk, q_off, k_off;  // rows, and their global offsets
+  int H, Hkv, group;       // group = H / Hkv
   float scale_log2;        // scale * log2(e)
 };
 
@@ -50,7 +56,7 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
   int* sMin = reinterpret_cast<int*>(sV + 2 * BC * LDS);  // [NW]
 
   const int tid = thread_idx(), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int S = p.S;
+  const int Sq = p.Sq, Sk = p.Sk, delta = p.q_off - p.k_off;  // row i sees local keys up to i + delta
   const int qb = grid_x() - 1 - block_x();  // heaviest (latest) query blocks first
   const int h = block_y(), hk = h / p.group;
   const int q0 = qb * BR;
@@ -59,12 +65,12 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
   for (int c = tid; c < BR * CH; c += NT) {
     const int r = c / CH, cc = c % CH, i = q0 + r;
     bf16* dst = sQ + r * LDS + cc * 8;
-    if (i < S) cp_async16(dst, p.q + i * q_row + int64_t(h) * D + cc * 8);
+    if (i < Sq) cp_async16(dst, p.q + i * q_row + int64_t(h) * D + cc * 8);
     else zero16(dst);
   }
   cp_async_commit();
 
-  // Visible keys of this thread's rows: [lo, row] (lo = kIntMax for rows past S: none).
+  // Visible (local) keys of this thread's rows: [lo, row + delta] (lo = kIntMax for rows past Sq: none).
   int lo[MT][2];
   const int wrow0 = q0 + warp * 16 * MT;  // the warp's first row
   int wlo_min = kIntMax, wlo_max = 0;
@@ -73,7 +79,7 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = wrow0 + mt * 16 + hf * 8 + g;
-      lo[mt][hf] = i < S ? p.doc_start[i] : kIntMax;
+      lo[mt][hf] = i < Sq ? p.doc_start[p.q_off + i] - p.k_off : kIntMax;
       wlo_min = imin(wlo_min, lo[mt][hf]);
       wlo_max = imax(wlo_max, lo[mt][hf]);
     }
@@ -82,8 +88,8 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
     wlo_min = imin(wlo_min, shfl_xor(wlo_min, m));
     wlo_max = imax(wlo_max, shfl_xor(wlo_max, m));
   }
-  const bool warp_active = wrow0 < S;
-  const int wrow_max = imin(wrow0 + 16 * MT - 1, S - 1);
+  const bool warp_active = wrow0 < Sq;
+  const int wrow_max = imin(imin(wrow0 + 16 * MT - 1, Sq - 1) + delta, Sk - 1);  // the warp's last visible key
   if (lane == 0) sMin[warp] = wlo_min;
   block_sync();
   int blo = kIntMax;
@@ -91,15 +97,15 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
   for (int w = 0; w < NW; ++w) blo = imin(blo, sMin[w]);
   blo = imax(blo, 0);
   // Key blocks before every row's document start or after the last row are never touched.
-  const int q_last = imin(q0 + BR - 1, S - 1);
-  const int kb_lo = blo / BC, kb_hi = q_last / BC;
+  const int q_last = imin(imin(q0 + BR - 1, Sq - 1) + delta, Sk - 1);  // the block's last visible key
+  const int kb_lo = blo / BC, kb_hi = q_last < 0 ? -1 : q_last / BC;
 
   auto load_kv = [&](int kb, int buf) {
     bf16* dK = sK + buf * BC * LDS;
     bf16* dV = sV + buf * BC * LDS;
     for (int c = tid; c < BC * CH; c += NT) {
       const int r = c / CH, cc = c % CH, j = kb * BC + r;
-      if (j < S) {
+      if (j < Sk) {
         const int64_t off = j * kv_row + int64_t(hk) * D + cc * 8;
         cp_async16(dK + r * LDS + cc * 8, p.k + off);
         cp_async16(dV + r * LDS + cc * 8, p.v + off);
@@ -145,7 +151,7 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
     const int ks = kb * BC, ke = ks + BC - 1;
     if (!warp_active || ke < wlo_min || ks > wrow_max) continue;  // fully masked for this warp
     // No element masked: every row's document starts at or before ks and every row is at or after ke.
-    const bool full = ks >= wlo_max && ke <= wrow0;
+    const bool full = ks >= wlo_max && ke <= wrow0 + delta && ke < Sk;
     const bf16* cK = sK + buf * BC * LDS;
     const bf16* cV = sV + buf * BC * LDS;
 
@@ -191,7 +197,7 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
           if (!full) {
             const int col = ks + n * 8 + 2 * t + (e & 1);
             const int row = wrow0 + mt * 16 + (e / 2) * 8 + g;
-            if (col < lo[mt][e / 2] || col > row) x = kNegInf;
+            if (col < lo[mt][e / 2] || col > row + delta || col >= Sk) x = kNegInf;
           }
           s[mt][n][e] = x;
           mx[e / 2] = fmax2(mx[e / 2], x);
@@ -256,15 +262,15 @@ ATTN_DEV void attention_forward_body(const FwdParams& p, unsigned char* smem) {
       l += shfl_xor(l, 1);
       l += shfl_xor(l, 2);
       const int i = wrow0 + mt * 16 + hf * 8 + g;
-      if (i >= S) continue;
+      if (i >= Sq) continue;
       const float inv = l > 0.f ? 1.f / l : 0.f;
       bf16* dst = p.out + i * q_row + int64_t(h) * D + 2 * t;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
         store_u32(dst + n * 8, pack_bf16(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv));
       if (t == 0) {
-        // A row that sees no key (only for an invalid doc_start[i] > i) gets out = 0, lse = -inf.
-        p.lse[int64_t(h) * S + i] = l > 0.f ? (m_run[mt][hf] + log2f(l)) * kLn2 : kNegInf;
+        // A row that sees no key (a block wholly after it, or before its document) gets out = 0, lse = -inf.
+        p.lse[int64_t(h) * Sq + i] = l > 0.f ? (m_run[mt][hf] + log2f(l)) * kLn2 : kNegInf;
       }
     }
 }

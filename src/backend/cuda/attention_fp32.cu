@@ -12,6 +12,9 @@
 //     sufmin[i] > j): dv_j = sum P_ij dout_i, dk_j = scale * sum dS_ij q_i;
 //
 // with P_ij = exp(scale q_i.k_j - lse_i), dS_ij = P_ij (dout_i . v_j - D_i).
+// The kernels run the block-offset form (attention_fp32.h): query row i is global
+// token q0 + i, key row j global token k0 + j, doc_start is the whole row's, and
+// the full form is the block q0 = k0 = 0, Sq = Sk = S.
 // Each lane holds elements c = lane, lane + 32, ... of a row (NPL = ceil(d / 32)
 // registers, zero beyond d); dot products are a per-lane fma chain then a
 // butterfly shuffle sum, so every lane holds the same bitwise result and
@@ -102,18 +105,20 @@ __device__ __forceinline__ int64_t row_stride() { return static_cast<int64_t>(gr
 template <int NPL>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_f32_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
-                                 const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv, int d, float scale) {
+                                 const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                                 int64_t Hkv, int d, float scale) {
   const int lane = threadIdx.x & 31;
-  const int64_t group = H / Hkv, rows = H * S;
+  const int64_t group = H / Hkv, rows = H * Sq;
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
-    const int64_t h = r / S, i = S - 1 - (r - h * S), g = h / group;
+    const int64_t h = r / Sq, i = Sq - 1 - (r - h * Sq), g = h / group;
     float qr[NPL], acc[NPL];
     load_row(qr, q + (i * H + h) * d, d, lane);
 #pragma unroll
     for (int t = 0; t < NPL; ++t) acc[t] = 0.f;
     float m = -INFINITY, l = 0.f;
-    const int64_t j0 = max(static_cast<int64_t>(doc_start[i]), int64_t{0});
-    for (int64_t j = j0; j <= i; ++j) {
+    const int64_t j0 = max(static_cast<int64_t>(doc_start[q0 + i]) - k0, int64_t{0});
+    const int64_t j1 = min(q0 + i - k0, Sk - 1);
+    for (int64_t j = j0; j <= j1; ++j) {
       float kr[NPL], vr[NPL];
       load_row(kr, k + (j * Hkv + g) * d, d, lane);
       load_row(vr, v + (j * Hkv + g) * d, d, lane);
@@ -137,7 +142,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       const int c = lane + 32 * t;
       if (c < d) orow[c] = l > 0.f ? acc[t] / l : 0.f;
     }
-    if (lane == 0) lse[h * S + i] = l > 0.f ? m + logf(l) : -INFINITY;
+    if (lane == 0) lse[h * Sq + i] = l > 0.f ? m + logf(l) : -INFINITY;
   }
 }
 
@@ -188,20 +193,21 @@ __global__ void __launch_bounds__(kSufminThreads)
 template <int NPL>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_f32_dq_kernel(float* dq, const float* dout, const float* lse, const float* dsum, const float* q,
-                            const float* k, const float* v, const int32_t* doc_start, int64_t S, int64_t H,
-                            int64_t Hkv, int d, float scale) {
+                            const float* k, const float* v, const int32_t* doc_start, int64_t Sq, int64_t Sk,
+                            int64_t q0, int64_t k0, int64_t H, int64_t Hkv, int d, float scale) {
   const int lane = threadIdx.x & 31;
-  const int64_t group = H / Hkv, rows = H * S;
+  const int64_t group = H / Hkv, rows = H * Sq;
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
-    const int64_t h = r / S, i = S - 1 - (r - h * S), g = h / group;
+    const int64_t h = r / Sq, i = Sq - 1 - (r - h * Sq), g = h / group;
     float qr[NPL], dor[NPL], acc[NPL];
     load_row(qr, q + (i * H + h) * d, d, lane);
     load_row(dor, dout + (i * H + h) * d, d, lane);
 #pragma unroll
     for (int t = 0; t < NPL; ++t) acc[t] = 0.f;
-    const float li = lse[h * S + i], Di = dsum[h * S + i];
-    const int64_t j0 = max(static_cast<int64_t>(doc_start[i]), int64_t{0});
-    for (int64_t j = j0; j <= i; ++j) {
+    const float li = lse[h * Sq + i], Di = dsum[h * Sq + i];
+    const int64_t j0 = max(static_cast<int64_t>(doc_start[q0 + i]) - k0, int64_t{0});
+    const int64_t j1 = min(q0 + i - k0, Sk - 1);
+    for (int64_t j = j0; j <= j1; ++j) {
       float kr[NPL], vr[NPL];
       load_row(kr, k + (j * Hkv + g) * d, d, lane);
       load_row(vr, v + (j * Hkv + g) * d, d, lane);
@@ -216,32 +222,34 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// dk and dv, warp per (kv head g, key j): rows r = g * S + j, earliest (heaviest) keys first.
+// dk and dv, warp per (kv head g, key j): rows r = g * Sk + j, earliest (heaviest) keys first.
+// sufmin: [Sq], of the query rows' doc_start (global values); kg: the key's global index.
 template <int NPL>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_f32_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, const float* dsum,
                               const int32_t* sufmin, const float* q, const float* k, const float* v,
-                              const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv, int d, float scale) {
+                              const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                              int64_t Hkv, int d, float scale) {
   const int lane = threadIdx.x & 31;
-  const int64_t group = H / Hkv, rows = Hkv * S;
+  const int64_t group = H / Hkv, rows = Hkv * Sk;
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
-    const int64_t g = r / S, j = r - g * S;
+    const int64_t g = r / Sk, j = r - g * Sk, kg = k0 + j;
     float kr[NPL], vr[NPL], dka[NPL], dva[NPL];
     load_row(kr, k + (j * Hkv + g) * d, d, lane);
     load_row(vr, v + (j * Hkv + g) * d, d, lane);
 #pragma unroll
     for (int t = 0; t < NPL; ++t) dka[t] = dva[t] = 0.f;
-    // No query at or after the first i with sufmin[i] > j can see key j.
-    for (int64_t i = j; i < S && sufmin[i] <= j; ++i) {
-      if (doc_start[i] > j) continue;
+    // No query at or after the first i with sufmin[i] > kg can see key kg.
+    for (int64_t i = max(kg - q0, int64_t{0}); i < Sq && sufmin[i] <= kg; ++i) {
+      if (doc_start[q0 + i] > kg) continue;
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         float qr[NPL], dor[NPL];
         load_row(qr, q + (i * H + h) * d, d, lane);
         load_row(dor, dout + (i * H + h) * d, d, lane);
         float s = lane_dot(qr, kr), dp = lane_dot(dor, vr);
         warp_sum2(s, dp);
-        const float p = expf(scale * s - lse[h * S + i]);
-        const float ds = p * (dp - dsum[h * S + i]);
+        const float p = expf(scale * s - lse[h * Sq + i]);
+        const float ds = p * (dp - dsum[h * Sq + i]);
 #pragma unroll
         for (int t = 0; t < NPL; ++t) {
           dva[t] = fmaf(p, dor[t], dva[t]);
@@ -306,16 +314,24 @@ void with_npl(int64_t d, F&& f) {
 void attention_forward_f32(float* out, float* lse, const float* q, const float* k, const float* v,
                            const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale,
                            cudaStream_t stream) {
+  attention_forward_block_f32(out, lse, q, k, v, doc_start, S, S, 0, 0, H, Hkv, d, scale, stream);
+}
+
+void attention_forward_block_f32(float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                                 int64_t Hkv, int64_t d, double scale, cudaStream_t stream) {
   const char* op = "cuda::attention_forward_f32";
-  check_args(op, S, H, Hkv, d, scale);
-  if (S == 0) return;
-  check_ptrs(op, {{out, "out"}, {lse, "lse"}, {q, "q"}, {k, "k"}, {v, "v"}, {doc_start, "doc_start"}});
+  check_args(op, std::max(Sq, Sk), H, Hkv, d, scale);
+  ULY_CHECK(q0 >= 0 && k0 >= 0, op << ": block offsets q0 = " << q0 << ", k0 = " << k0 << " must be >= 0");
+  if (Sq == 0) return;
+  check_ptrs(op, {{out, "out"}, {lse, "lse"}, {q, "q"}, {doc_start, "doc_start"}});
+  if (Sk > 0) check_ptrs(op, {{k, "k"}, {v, "v"}});
   const float scale_f = static_cast<float>(scale);
   const int di = static_cast<int>(d);
   with_npl(d, [&](auto npl) {
     constexpr int NPL = decltype(npl)::value;
-    attention_f32_forward_kernel<NPL><<<row_blocks(H * S), kBlockThreads, 0, stream>>>(out, lse, q, k, v, doc_start,
-                                                                                       S, H, Hkv, di, scale_f);
+    attention_f32_forward_kernel<NPL><<<row_blocks(H * Sq), kBlockThreads, 0, stream>>>(
+        out, lse, q, k, v, doc_start, Sq, Sk, q0, k0, H, Hkv, di, scale_f);
     CUDA_CHECK_LAUNCH("attention_f32_forward");
   });
 }
@@ -334,33 +350,49 @@ void attention_backward_f32(float* dq, float* dk, float* dv, const float* dout, 
                             const float* q, const float* k, const float* v, const int32_t* doc_start, int64_t S,
                             int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
+  attention_backward_block_f32(dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H, Hkv, d, scale,
+                               workspace, workspace_bytes, stream);
+}
+
+void attention_backward_block_f32(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                                  int64_t Hkv, int64_t d, double scale, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream) {
   const char* op = "cuda::attention_backward_f32";
-  check_args(op, S, H, Hkv, d, scale);
-  if (S == 0) return;
-  const Workspace w = workspace_layout(S, H);
-  ULY_CHECK(workspace != nullptr && workspace_bytes >= w.total,
+  check_args(op, std::max(Sq, Sk), H, Hkv, d, scale);
+  ULY_CHECK(q0 >= 0 && k0 >= 0, op << ": block offsets q0 = " << q0 << ", k0 = " << k0 << " must be >= 0");
+  if (Sq == 0 && Sk == 0) return;
+  const Workspace w = workspace_layout(Sq, H);
+  ULY_CHECK(Sq == 0 || (workspace != nullptr && workspace_bytes >= w.total),
             op << ": workspace of " << workspace_bytes << " bytes at " << workspace << " is too small; need "
-               << w.total << " bytes (attention_backward_f32_workspace_bytes(S=" << S << ", H=" << H
+               << w.total << " bytes (attention_backward_f32_workspace_bytes(S=" << Sq << ", H=" << H
                << ", Hkv=" << Hkv << ", d=" << d << "))");
-  check_ptrs(op, {{workspace, "workspace"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}, {dout, "dout"}, {out, "out"},
-                  {lse, "lse"}, {q, "q"}, {k, "k"}, {v, "v"}, {doc_start, "doc_start"}});
+  if (Sq > 0)
+    check_ptrs(op, {{workspace, "workspace"}, {dq, "dq"}, {dout, "dout"}, {out, "out"}, {lse, "lse"}, {q, "q"},
+                    {doc_start, "doc_start"}});
+  if (Sk > 0) check_ptrs(op, {{dk, "dk"}, {dv, "dv"}, {k, "k"}, {v, "v"}});
   char* ws = static_cast<char*>(workspace);
-  float* dsum = reinterpret_cast<float*>(ws + w.dsum);
-  int32_t* sufmin = reinterpret_cast<int32_t*>(ws + w.sufmin);
+  float* dsum = Sq > 0 ? reinterpret_cast<float*>(ws + w.dsum) : nullptr;
+  int32_t* sufmin = Sq > 0 ? reinterpret_cast<int32_t*>(ws + w.sufmin) : nullptr;
   const float scale_f = static_cast<float>(scale);
   const int di = static_cast<int>(d);
   with_npl(d, [&](auto npl) {
     constexpr int NPL = decltype(npl)::value;
-    attention_f32_dsum_kernel<NPL><<<row_blocks(H * S), kBlockThreads, 0, stream>>>(dsum, dout, out, S, H, di);
-    CUDA_CHECK_LAUNCH("attention_f32_dsum");
-    attention_f32_sufmin_kernel<<<1, kSufminThreads, 0, stream>>>(sufmin, doc_start, S);
-    CUDA_CHECK_LAUNCH("attention_f32_sufmin");
-    attention_f32_dq_kernel<NPL><<<row_blocks(H * S), kBlockThreads, 0, stream>>>(
-        dq, dout, lse, dsum, q, k, v, doc_start, S, H, Hkv, di, scale_f);
-    CUDA_CHECK_LAUNCH("attention_f32_dq");
-    attention_f32_dkdv_kernel<NPL><<<row_blocks(Hkv * S), kBlockThreads, 0, stream>>>(
-        dk, dv, dout, lse, dsum, sufmin, q, k, v, doc_start, S, H, Hkv, di, scale_f);
-    CUDA_CHECK_LAUNCH("attention_f32_dkdv");
+    if (Sq > 0) {
+      attention_f32_dsum_kernel<NPL><<<row_blocks(H * Sq), kBlockThreads, 0, stream>>>(dsum, dout, out, Sq, H, di);
+      CUDA_CHECK_LAUNCH("attention_f32_dsum");
+      attention_f32_sufmin_kernel<<<1, kSufminThreads, 0, stream>>>(sufmin, doc_start + q0, Sq);
+      CUDA_CHECK_LAUNCH("attention_f32_sufmin");
+      attention_f32_dq_kernel<NPL><<<row_blocks(H * Sq), kBlockThreads, 0, stream>>>(
+          dq, dout, lse, dsum, q, k, v, doc_start, Sq, Sk, q0, k0, H, Hkv, di, scale_f);
+      CUDA_CHECK_LAUNCH("attention_f32_dq");
+    }
+    if (Sk > 0) {
+      attention_f32_dkdv_kernel<NPL><<<row_blocks(Hkv * Sk), kBlockThreads, 0, stream>>>(
+          dk, dv, dout, lse, dsum, sufmin, q, k, v, doc_start, Sq, Sk, q0, k0, H, Hkv, di, scale_f);
+      CUDA_CHECK_LAUNCH("attention_f32_dkdv");
+    }
   });
 }
 

@@ -41,4 +41,18 @@ void attention_backward_f32(float* dq, float* dk, float* dv, const float* dout, 
 // total = round_up(4 * H * S, 256) + round_up(4 * S, 256) bytes (0 for S = 0).
 size_t attention_backward_f32_workspace_bytes(int64_t S, int64_t H, int64_t Hkv, int64_t d);
 
+// Block-offset forms (ring attention; semantics of ulysses::cpu::attention_forward_block):
+// q, out: [Sq, H, d] are global rows q0 .., k, v: [Sk, Hkv, d] global rows k0 ..; doc_start:
+// the whole row's ([>= max(q0 + Sq, k0 + Sk)]); lse: [H, Sq]. Rows with no visible key get
+// out = 0, lse = -inf (forward) and dq = 0 (backward); dk, dv: [Sk, Hkv, d]. The backward's
+// workspace is attention_backward_f32_workspace_bytes(Sq, H, Hkv, d).
+void attention_forward_block_f32(float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                                 int64_t Hkv, int64_t d, double scale, cudaStream_t stream);
+void attention_backward_block_f32(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                                  int64_t Hkv, int64_t d, double scale, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream);
+
 }  // namespace ulysses::cuda

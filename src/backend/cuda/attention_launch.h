@@ -19,6 +19,13 @@ inline void check_shapes(const char* op, int64_t S, int64_t H, int64_t Hkv, int6
   ULY_CHECK(std::isfinite(scale), op << ": scale = " << scale << " is not finite");
 }
 
+// Block offsets (ring attention): global rows q0 + Sq and k0 + Sk stay in the int32 range.
+inline void check_offsets(const char* op, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0) {
+  ULY_CHECK(q0 >= 0 && k0 >= 0 && q0 + Sq <= 2147483647LL - 256 && k0 + Sk <= 2147483647LL - 256,
+            op << ": block offsets q0 = " << q0 << ", k0 = " << k0 << " (rows " << Sq << ", " << Sk
+               << ") must be >= 0 and keep the global rows below 2^31 - 256");
+}
+
 // cp.async and vector loads move 16 bytes at a time.
 inline void check_ptr(const void* p, const char* name, const char* op) {
   ULY_CHECK(p != nullptr, op << ": " << name << " is null");

@@ -52,6 +52,7 @@ class CudaBackend : public Backend {
   void profile_flush() override;
 
   size_t attention_workspace_bytes(const AttentionShape& shape, bool backward) override;
+  size_t attention_block_workspace_bytes(const AttentionShape& shape, bool backward) override;
 
   // ---- CUDA-only extras ----
   cudaStream_t stream() const { return stream_; }
@@ -80,6 +81,13 @@ class CudaBackend : public Backend {
   void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
                                const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Documents& docs, double scale) override;
+  // The block-offset form (ring attention) always runs our kernels: cuDNN's SDPA takes no offsets.
+  void attention_forward_block_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Documents& docs, int64_t q0, int64_t k0, double scale) override;
+  void attention_backward_block_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
+                                     const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Documents& docs, int64_t q0, int64_t k0, double scale) override;
+  void attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) override;
   void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
                             const Tensor& up) override;

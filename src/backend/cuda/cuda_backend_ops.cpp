@@ -284,6 +284,95 @@ void CudaBackend::attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, co
                            ws > 0 ? workspace.raw() : nullptr, ws, stream_);
 }
 
+size_t CudaBackend::attention_block_workspace_bytes(const AttentionShape& s, bool backward) {
+  if (!backward || s.S == 0) return 0;
+  if (act_dtype_ == DType::F32) return attention_backward_f32_workspace_bytes(s.S, s.H, s.Hkv, s.d);
+  return attention_backward_workspace_bytes(s.S, s.H, s.Hkv, padded_head_dim(s.d));
+}
+
+void CudaBackend::attention_forward_block_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                                               const Tensor& v, const Documents& docs, int64_t q0, int64_t k0,
+                                               double scale) {
+  const char* op = "attention_forward_block";
+  const int64_t Sq = q.dim(0), Sk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), d = q.dim(2);
+  const int32_t* ds = ptr<const int32_t>(docs.doc_start);
+  if (q.dtype() == DType::F32) {
+    attention_forward_block_f32(ptr<float>(out), ptr<float>(lse), ptr<const float>(q), ptr<const float>(k),
+                                ptr<const float>(v), ds, Sq, Sk, q0, k0, H, Hkv, d, scale, stream_);
+    return;
+  }
+  attn_dims(q, k, v, op);
+  need_aligned16(out, op, "out");
+  const int64_t dp = padded_head_dim(d);
+  if (dp != d) {
+    Tensor out_p = empty({Sq, H, dp}, out.dtype());
+    cuda::attention_forward_block(ptr<__nv_bfloat16>(out_p), ptr<float>(lse),
+                                  ptr<const __nv_bfloat16>(pad_heads(*this, q, dp)),
+                                  ptr<const __nv_bfloat16>(pad_heads(*this, k, dp)),
+                                  ptr<const __nv_bfloat16>(pad_heads(*this, v, dp)), ds, Sq, Sk, q0, k0, H, Hkv, dp,
+                                  scale, stream_);
+    unpad_heads(*this, out, out_p);
+    return;
+  }
+  cuda::attention_forward_block(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
+                                ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v), ds, Sq, Sk, q0, k0, H, Hkv,
+                                d, scale, stream_);
+}
+
+void CudaBackend::attention_backward_block_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
+                                                const Tensor& out, const Tensor& lse, const Tensor& q,
+                                                const Tensor& k, const Tensor& v, const Documents& docs, int64_t q0,
+                                                int64_t k0, double scale) {
+  const char* op = "attention_backward_block";
+  const int64_t Sq = q.dim(0), Sk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), d = q.dim(2);
+  const int32_t* ds = ptr<const int32_t>(docs.doc_start);
+  const AttentionShape shape{Sq, H, Hkv, d, docs.count, docs.longest};
+  const size_t ws = attention_block_workspace_bytes(shape, true);
+  const Tensor workspace = attention_workspace(ws);
+  void* wp = ws > 0 ? workspace.raw() : nullptr;
+  if (q.dtype() == DType::F32) {
+    attention_backward_block_f32(ptr<float>(dq), ptr<float>(dk), ptr<float>(dv), ptr<const float>(dout),
+                                 ptr<const float>(out), ptr<const float>(lse), ptr<const float>(q),
+                                 ptr<const float>(k), ptr<const float>(v), ds, Sq, Sk, q0, k0, H, Hkv, d, scale, wp,
+                                 ws, stream_);
+    return;
+  }
+  attn_dims(q, k, v, op);
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
+                                {&dout, "dout"}, {&out, "out"}})
+    need_aligned16(*t, op, name);
+  const int64_t dp = padded_head_dim(d);
+  if (dp != d) {
+    Tensor dq_p = empty({Sq, H, dp}, dq.dtype()), dk_p = empty({Sk, Hkv, dp}, dk.dtype()),
+           dv_p = empty({Sk, Hkv, dp}, dv.dtype());
+    cuda::attention_backward_block(ptr<__nv_bfloat16>(dq_p), ptr<__nv_bfloat16>(dk_p), ptr<__nv_bfloat16>(dv_p),
+                                   ptr<const __nv_bfloat16>(pad_heads(*this, dout, dp)),
+                                   ptr<const __nv_bfloat16>(pad_heads(*this, out, dp)), ptr<const float>(lse),
+                                   ptr<const __nv_bfloat16>(pad_heads(*this, q, dp)),
+                                   ptr<const __nv_bfloat16>(pad_heads(*this, k, dp)),
+                                   ptr<const __nv_bfloat16>(pad_heads(*this, v, dp)), ds, Sq, Sk, q0, k0, H, Hkv, dp,
+                                   scale, wp, ws, stream_);
+    unpad_heads(*this, dq, dq_p);
+    unpad_heads(*this, dk, dk_p);
+    unpad_heads(*this, dv, dv_p);
+    return;
+  }
+  cuda::attention_backward_block(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
+                                 ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
+                                 ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
+                                 ds, Sq, Sk, q0, k0, H, Hkv, d, scale, wp, ws, stream_);
+}
+
+void CudaBackend::attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) {
+  const int64_t S = out.dim(0), H = out.dim(1), d = out.dim(2);
+  if (out.dtype() == DType::F32)
+    cuda::attention_merge(ptr<float>(acc), ptr<float>(acc_lse), ptr<const float>(out), ptr<const float>(lse), S, H, d,
+                          stream_);
+  else
+    cuda::attention_merge(ptr<float>(acc), ptr<float>(acc_lse), ptr<const __nv_bfloat16>(out),
+                          ptr<const float>(lse), S, H, d, stream_);
+}
+
 void CudaBackend::swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) {
   dispatch_act(gate.dtype(), "swiglu_forward", [&]<class T>() {
     cuda::swiglu_forward(ptr<T>(h), ptr<const T>(gate), ptr<const T>(up), 1, gate.numel(), stream_);

@@ -24,6 +24,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/cudnn_ragged.h"
+#include "core/log.h"
 #include "core/error.h"
 
 namespace fe = cudnn_frontend;
@@ -104,7 +105,12 @@ struct Entry {
 // Byte offsets of the auxiliary arrays of a packed row in the workspace, after cuDNN's part.
 struct AuxLayout {
   size_t off_q = 0, off_kv = 0, off_stats = 0, seq_len = 0, stats = 0, end = 0;
-  AuxLayout(const Layout& l, const AttentionProblem& p, size_t base) {
+  AuxLayout(const Layout& l, const AttentionProblem& p, size_t base, bool backward) {
+    if (l.dense && backward) {  // the backward takes its statistics packed [batch, H, seq]: a copy
+      stats = align256(base);
+      end = stats + align256(static_cast<size_t>(l.batch * p.H * l.seq) * 4);
+      return;
+    }
     if (!l.ragged) {
       end = base;
       return;
@@ -159,11 +165,12 @@ struct CudnnAttention::Impl {
                         .set_stride({1, 1, 1, 1})
                         .set_data_type(int64 ? fe::DataType_t::INT64 : fe::DataType_t::INT32));
   }
-  // Stats: our lse [H, S] (one document, or equal documents as a dense batch), token-major [T, H]
-  // (packed rows, ragged), or padded [batch, H, seq] (packed rows, not ragged).
-  static void stats_layout(fe::graph::Tensor_attributes& t, const Layout& l, int64_t H) {
+  // Stats: our lse [H, S] (one document, or equal documents as a dense batch in the forward),
+  // token-major [T, H] (packed rows, ragged), or padded [batch, H, seq] (packed rows, not ragged;
+  // and a dense batch's backward, which cuDNN wants packed in that order).
+  static void stats_layout(fe::graph::Tensor_attributes& t, const Layout& l, int64_t H, bool backward) {
     t.set_uid(kStats).set_name("stats").set_data_type(fe::DataType_t::FLOAT).set_dim({l.batch, H, l.seq, 1});
-    if (l.dense) t.set_stride({l.seq, l.batch * l.seq, 1, 1});
+    if (l.dense && !backward) t.set_stride({l.seq, l.batch * l.seq, 1, 1});
     else if (l.ragged_stats) t.set_stride({l.seq * H, 1, H, 1});
     else t.set_stride({H * l.seq, l.seq, 1, 1});
   }
@@ -207,13 +214,13 @@ struct CudnnAttention::Impl {
       auto [o, stats] = g->sdpa(q, k, v, opts);
       as_output(o, "out", kO, l, p.H, p.d);
       stats->set_output(true);
-      stats_layout(*stats, l, p.H);
+      stats_layout(*stats, l, p.H, false);
       if (l.ragged) o->set_ragged_offset(off_q);
       if (l.ragged_stats) stats->set_ragged_offset(off_stats);
     } else {
       TensorPtr o = tokens(*g, "out", kO, l, p.H, p.d), dout = tokens(*g, "dout", kDO, l, p.H, p.d);
       fe::graph::Tensor_attributes sa;
-      stats_layout(sa, l, p.H);
+      stats_layout(sa, l, p.H, true);
       TensorPtr stats = g->tensor(sa);
       if (l.ragged) {
         o->set_ragged_offset(off_q);
@@ -256,7 +263,7 @@ struct CudnnAttention::Impl {
     if (auto err = g->get_workspace_size(ws); !err.is_good()) return fail("get_workspace_size", err);
     e.graph = g;
     e.cudnn_workspace = static_cast<size_t>(ws);
-    e.aux_bytes = AuxLayout(l, p, align256(e.cudnn_workspace)).end - align256(e.cudnn_workspace);
+    e.aux_bytes = AuxLayout(l, p, align256(e.cudnn_workspace), backward).end - align256(e.cudnn_workspace);
     return e;
   }
 
@@ -267,6 +274,8 @@ struct CudnnAttention::Impl {
     if (it == cache.end()) {
       Entry e = build(p, l, backward);
       if (!e.graph && l.dense) {  // cuDNN refused the dense batch: the ragged form serves any documents
+        ULY_INFO("cuDNN refused a dense batch of " << l.batch << " x " << l.seq << (backward ? " (backward)" : "")
+                                                   << ": " << e.why << "; running it as a ragged batch");
         Options ragged = options;
         ragged.dense_batch = false;
         e = build(p, Layout::of(p, ragged), backward);
@@ -278,9 +287,9 @@ struct CudnnAttention::Impl {
 
   // Fills the ragged offsets and lengths of a packed row into the workspace; returns the layout.
   AuxLayout prepare_ragged(const AttentionProblem& p, const Entry& e, const int32_t* bounds, void* workspace,
-                           std::unordered_map<int64_t, void*>& pack) {
+                           std::unordered_map<int64_t, void*>& pack, bool backward) {
     const Layout& l = e.layout;
-    AuxLayout a(l, p, align256(e.cudnn_workspace));
+    AuxLayout a(l, p, align256(e.cudnn_workspace), backward);
     if (!l.ragged) return a;
     auto* base = static_cast<char*>(workspace);
     auto* seq_len = reinterpret_cast<int32_t*>(base + a.seq_len);
@@ -367,7 +376,7 @@ void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
                                           {kK, const_cast<__nv_bfloat16*>(k)},
                                           {kV, const_cast<__nv_bfloat16*>(v)},
                                           {kO, out}};
-  const AuxLayout a = impl_->prepare_ragged(p, e, bounds, workspace, pack);
+  const AuxLayout a = impl_->prepare_ragged(p, e, bounds, workspace, pack, false);
   const Layout& l = e.layout;
   float* stats = l.ragged ? reinterpret_cast<float*>(static_cast<char*>(workspace) + a.stats) : lse;
   pack[kStats] = stats;
@@ -389,10 +398,14 @@ void CudnnAttention::backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat1
                                           {kDQ, dq},
                                           {kDK, dk},
                                           {kDV, dv}};
-  const AuxLayout a = impl_->prepare_ragged(p, e, bounds, workspace, pack);
+  const AuxLayout a = impl_->prepare_ragged(p, e, bounds, workspace, pack, true);
   const Layout& l = e.layout;
   const float* stats = lse;
-  if (l.ragged) {
+  if (l.dense) {  // [H, batch·seq] -> [batch, H, seq]: equal documents fill every padded row
+    float* t = reinterpret_cast<float*>(static_cast<char*>(workspace) + a.stats);
+    lse_to_padded_stats(t, lse, bounds, p.documents, p.H, l.seq, p.S, impl_->stream);
+    stats = t;
+  } else if (l.ragged) {
     float* t = reinterpret_cast<float*>(static_cast<char*>(workspace) + a.stats);
     if (l.ragged_stats) {
       transpose_f32(t, lse, p.H, p.S, impl_->stream);  // [H, S] -> [S, H]

@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
@@ -68,6 +72,154 @@ __global__ void rmsnorm_backward_dw_kernel(float* dw, const T* dy, const T* x, c
   }
 }
 
+
+// The vectorised forms, used when rows split into 16-byte vectors (D a multiple of 8 in bf16, 4
+// in fp32, 16-byte-aligned rows): each thread holds C vectors of a row in registers, so x is read
+// once (the scalar kernels above read it twice), with 16-byte loads.
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
+
+template <class T>
+struct alignas(16) Pack {
+  T v[kVec<T>];
+};
+
+// One block per row.
+template <class T, int C>
+__global__ void rmsnorm_forward_vec_kernel(T* y, float* rstd, const T* x, const T* w, int64_t D, float eps) {
+  constexpr int V = kVec<T>;
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, nvec = D / V;
+  const auto* xr = reinterpret_cast<const Pack<T>*>(x + row * D);
+  float xv[C][V];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+    if (i < nvec) {
+      const Pack<T> p = xr[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        xv[c][k] = to_f(p.v[k]);
+        ss += xv[c][k] * xv[c][k];
+      }
+    }
+  }
+  ss = detail::block_sum(ss, scratch);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  const auto* wr = reinterpret_cast<const Pack<T>*>(w);
+  auto* yr = reinterpret_cast<Pack<T>*>(y + row * D);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+    if (i < nvec) {
+      const Pack<T> wp = wr[i];
+      Pack<T> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = from_f<T>(to_f(wp.v[k]) * (xv[c][k] * r));
+      yr[i] = out;
+    }
+  }
+}
+
+// dx and dw in one pass over dy and x (the scalar kernels read them twice): a block takes
+// rows blockIdx.x, + gridDim.x, ..., keeps its columns' dw partial sums in registers and adds
+// them into dw once at the end. Each row is read whole before its dx is written, so dx may alias dy.
+template <class T, int C>
+__global__ void rmsnorm_backward_vec_kernel(T* dx, float* dw, const T* dy, const T* x, const T* w,
+                                            const float* rstd, int64_t N, int64_t D) {
+  constexpr int V = kVec<T>;
+  __shared__ float scratch[32];
+  const int64_t nvec = D / V;
+  float wv[C][V], acc[C][V];
+  const auto* wr = reinterpret_cast<const Pack<T>*>(w);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+    Pack<T> wp{};
+    if (i < nvec) wp = wr[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) wv[c][k] = to_f(wp.v[k]), acc[c][k] = 0.f;
+  }
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const auto* dyr = reinterpret_cast<const Pack<T>*>(dy + row * D);
+    const auto* xr = reinterpret_cast<const Pack<T>*>(x + row * D);
+    float g[C][V], xv[C][V];
+    float dot = 0.f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+      Pack<T> gp{}, xp{};
+      if (i < nvec) gp = dyr[i], xp = xr[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        g[c][k] = to_f(gp.v[k]);
+        xv[c][k] = to_f(xp.v[k]);
+        dot += wv[c][k] * g[c][k] * xv[c][k];
+      }
+    }
+    dot = detail::block_sum(dot, scratch);
+    const float r = rstd[row];
+    const float coef = dot * r * r / static_cast<float>(D);
+    auto* dxr = reinterpret_cast<Pack<T>*>(dx + row * D);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+      if (i < nvec) {
+        Pack<T> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          out.v[k] = from_f<T>(r * (wv[c][k] * g[c][k] - xv[c][k] * coef));
+          acc[c][k] += g[c][k] * xv[c][k] * r;
+        }
+        dxr[i] = out;
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+    if (i < nvec)
+#pragma unroll
+      for (int k = 0; k < V; ++k) atomicAdd(dw + i * V + k, acc[c][k]);
+  }
+}
+
+// The vector form's launch shape for rows of D elements: threads per block (a multiple of 32,
+// at most 256) and vectors per thread C in {1, 2, 4, 8}; C = 0 when the scalar kernels must run.
+struct VecShape {
+  int threads = 0, per_thread = 0;
+};
+
+template <class T>
+VecShape vec_shape(int64_t D, std::initializer_list<const void*> rows) {
+  VecShape s;
+  if (D % kVec<T> != 0) return s;
+  for (const void* p : rows)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return s;
+  const int64_t nvec = D / kVec<T>;
+  s.threads = static_cast<int>(std::min<int64_t>(256, (nvec + 31) / 32 * 32));
+  const int64_t need = (nvec + s.threads - 1) / s.threads;
+  for (int c : {1, 2, 4, 8})
+    if (need <= c) {
+      s.per_thread = c;
+      break;
+    }
+  return s;
+}
+
+// Calls f.template operator()<C>() for the shape's C (a compile-time constant).
+template <class F>
+void with_per_thread(int c, F&& f) {
+  switch (c) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 4: f.template operator()<4>(); break;
+    default: f.template operator()<8>(); break;
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -76,6 +228,16 @@ void rmsnorm_forward(T* y, float* rstd, const T* x, const T* w, int64_t N, int64
   detail::check_rows(N, "rmsnorm_forward");
   ULY_CHECK(D > 0 || N == 0, "rmsnorm_forward: D must be positive, got " << D);
   if (N == 0) return;
+  ULY_CHECK(N <= 2147483647LL, "rmsnorm_forward: " << N << " rows exceed one launch");
+  const VecShape vs = vec_shape<T>(D, {y, x, w});
+  if (vs.per_thread > 0) {
+    with_per_thread(vs.per_thread, [&]<int C>() {
+      rmsnorm_forward_vec_kernel<T, C><<<static_cast<unsigned>(N), vs.threads, 0, stream>>>(
+          y, rstd, x, w, D, static_cast<float>(eps));
+    });
+    CUDA_CHECK_LAUNCH("rmsnorm_forward_vec_kernel");
+    return;
+  }
   rmsnorm_forward_kernel<T><<<static_cast<unsigned>(N), detail::row_threads(D), 0, stream>>>(
       y, rstd, x, w, D, static_cast<float>(eps));
   CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
@@ -87,6 +249,16 @@ void rmsnorm_backward(T* dx, float* dw, const T* dy, const T* x, const T* w, con
   detail::check_rows(N, "rmsnorm_backward");
   ULY_CHECK(D > 0 || N == 0, "rmsnorm_backward: D must be positive, got " << D);
   if (N == 0) return;
+  const VecShape vs = vec_shape<T>(D, {dx, dy, x, w});
+  if (vs.per_thread > 0) {
+    // Enough blocks to fill the GPU several times over; each adds its dw partials once.
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(N, 1024));
+    with_per_thread(vs.per_thread, [&]<int C>() {
+      rmsnorm_backward_vec_kernel<T, C><<<blocks, vs.threads, 0, stream>>>(dx, dw, dy, x, w, rstd, N, D);
+    });
+    CUDA_CHECK_LAUNCH("rmsnorm_backward_vec_kernel");
+    return;
+  }
   // dw first: it reads dy, which dx may overwrite.
   const int64_t col_blocks = (D + kDwCols - 1) / kDwCols;
   ULY_CHECK(col_blocks <= 2147483647LL, "rmsnorm_backward: D = " << D << " too large");

@@ -1,0 +1,158 @@
+// ulysses comm-bench [--backend cuda --comm nccl] [--ops LIST] [--min-bytes B] [--max-bytes B]
+// The collectives of a training step measured alone, as nccl-tests reports them:
+// per operation and message size, the time of one call (the slowest rank's mean
+// over --iters calls after --warmup), the algorithm bandwidth (bytes / time) and
+// the bus bandwidth (algorithm bandwidth × the fraction of the data that must
+// cross links: 2(n-1)/n for all-reduce, (n-1)/n for the others), so that figures
+// compare across rank counts and with nccl-tests. The buffers and the path are
+// the step's: device tensors on NCCL, or staged through host memory on MPI.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "core/limits.h"
+#include "parallel/collectives.h"
+#include "parallel/step_communicator.h"
+
+namespace ulysses {
+namespace {
+
+constexpr IntRange kMessageBytes{1, int64_t{1} << 36, "bytes"};
+constexpr IntRange kCommIters{1, 1 << 20, "calls"};
+
+struct CollectiveSpec {
+  const char* name;
+  double bus_factor_num;  // bus bandwidth = algbw × num × (n-1) / n
+};
+
+const CollectiveSpec kCollectives[] = {
+    {"all_to_all", 1}, {"all_gather", 1}, {"reduce_scatter", 1}, {"all_reduce", 2}};
+
+const CollectiveSpec* find_collective(const std::string& name) {
+  for (const auto& c : kCollectives)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// One call of `op` on buffers for a message of `bytes` (nccl-tests' size: the
+// whole all-to-all or all-reduce buffer, the gathered output, the scattered input).
+std::function<void()> make_call(const std::string& op, Communicator& comm, Backend& backend, int64_t elements,
+                                DType dtype, std::vector<Tensor>& keep) {
+  const int64_t n = comm.size();
+  const int64_t block = elements / n;
+  if (op == "all_to_all") {
+    keep = {backend.empty({n * block}, dtype), backend.empty({n * block}, dtype)};
+    return [&comm, &backend, &keep] { all_to_all(comm, backend, keep[0], keep[1]); };
+  }
+  if (op == "all_gather") {
+    keep = {backend.empty({block}, dtype), backend.empty({n * block}, dtype)};
+    return [&comm, &backend, &keep] { all_gather(comm, backend, keep[0], keep[1]); };
+  }
+  if (op == "reduce_scatter") {
+    keep = {backend.empty({n * block}, dtype), backend.empty({block}, dtype)};
+    return [&comm, &backend, &keep] { reduce_scatter_sum(comm, backend, keep[0], keep[1]); };
+  }
+  keep = {backend.empty({n * block}, dtype)};
+  return [&comm, &backend, &keep] { all_reduce_sum(comm, backend, keep[0]); };
+}
+
+}  // namespace
+
+int run_comm_bench(int argc, char** argv, Communicator& world) {
+  std::vector<OptionSpec> specs = {
+      {"backend", true, false, "cpu (default; host buffers) or cuda (device buffers)"},
+      {"comm", true, false, "mpi (default; device buffers staged through host memory) or nccl (cuda only)"},
+      {"dtype", true, false, "bf16 (default on cuda) or fp32"},
+      {"ops", true, false, "comma-separated: all_to_all,all_gather,reduce_scatter,all_reduce (default: all four)"},
+      {"min-bytes", true, false, "smallest message (default 1 MiB)"},
+      {"max-bytes", true, false, "largest message (default 256 MiB on cuda, 16 MiB on cpu)"},
+      {"factor", true, false, "size multiplier between messages (default 4)"},
+      {"warmup", true, false, "untimed calls per size (default 3)"},
+      {"iters", true, false, "timed calls per size (default 10)"},
+      {"help", false, false, "show this help"},
+  };
+  Args args("comm-bench", specs, argc, argv, 2);
+  if (args.has("help")) {
+    std::cout << Args::usage("comm-bench", specs);
+    return 0;
+  }
+  const bool cuda = backend_name_from(args) == "cuda";
+  const DType dtype = act_dtype_from(args);
+  const int64_t min_bytes = args.get_int("min-bytes", int64_t{1} << 20, kMessageBytes);
+  const int64_t max_bytes = args.get_int("max-bytes", cuda ? int64_t{256} << 20 : int64_t{16} << 20, kMessageBytes);
+  const int64_t factor = args.get_int("factor", 4, IntRange{2, 1 << 10, "a multiplier"});
+  const int64_t warmup = args.get_int("warmup", 3, limits::kStepCount);
+  const int64_t iters = args.get_int("iters", 10, kCommIters);
+  ULY_CHECK(min_bytes <= max_bytes, "comm-bench: --min-bytes " << min_bytes << " is above --max-bytes " << max_bytes);
+  std::vector<const CollectiveSpec*> ops;
+  for (const auto& name : split_list(args.get("ops", "all_to_all,all_gather,reduce_scatter,all_reduce"))) {
+    const CollectiveSpec* c = find_collective(name);
+    ULY_CHECK(c != nullptr, "comm-bench: unknown --ops entry '"
+                                << name << "' (choose from all_to_all, all_gather, reduce_scatter, all_reduce)");
+    ops.push_back(c);
+  }
+  ULY_CHECK(!ops.empty(), "comm-bench: --ops names no operation");
+
+  std::unique_ptr<Backend> backend = backend_from(args, world.rank());
+  StepCommunicator step_comm(world, *backend, args.get("comm", "mpi"));
+  Communicator& comm = step_comm.get();
+  const int64_t n = comm.size();
+  const int64_t unit = static_cast<int64_t>(dtype_size(dtype)) * n;  // a message holds n equal blocks
+  // Two buffers of the largest message: say so before allocating when they cannot fit.
+  const size_t need = 2 * static_cast<size_t>(max_bytes);
+  const size_t room = backend->device_memory_available();
+  ULY_CHECK(need <= room, "comm-bench: --max-bytes " << max_bytes << " needs " << need << " bytes of "
+                                                     << (cuda ? "device" : "host") << " memory, " << room
+                                                     << " are free; give a smaller --max-bytes");
+  if (comm.rank() == 0)
+    std::cout << "comm-bench: " << n << " ranks, " << comm.name() << ", " << backend->name() << ", "
+              << dtype_name(dtype) << ", mean of " << iters << " calls after " << warmup
+              << " (time: the slowest rank)\n"
+              << "op                     bytes    time_us   algbw_GB/s   busbw_GB/s\n";
+  for (const CollectiveSpec* op : ops) {
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+      const int64_t elements = std::max<int64_t>(1, bytes / unit) * n;
+      const int64_t message = elements * static_cast<int64_t>(dtype_size(dtype));
+      std::vector<Tensor> buffers;
+      std::function<void()> call = make_call(op->name, comm, *backend, elements, dtype, buffers);
+      for (auto& b : buffers) backend->zero(b);
+      for (int64_t i = 0; i < warmup; ++i) call();
+      backend->synchronize();
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < iters; ++i) call();
+      backend->synchronize();
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+      world.all_reduce(&seconds, &seconds, 1, DType::F64, ReduceOp::Max);
+      const double algbw = static_cast<double>(message) / seconds / 1e9;
+      const double busbw = algbw * op->bus_factor_num * static_cast<double>(n - 1) / static_cast<double>(n);
+      if (comm.rank() == 0) {
+        char line[160];
+        std::snprintf(line, sizeof line, "%-16s %12lld %10.1f %12.2f %12.2f\n", op->name,
+                      static_cast<long long>(message), seconds * 1e6, algbw, busbw);
+        std::cout << line;
+        std::cout << "COMM_JSON {\"op\": \"" << op->name << "\", \"bytes\": " << message << ", \"ranks\": " << n
+                  << ", \"comm\": \"" << comm.name() << "\", \"time_us\": " << seconds * 1e6
+                  << ", \"algbw_gbs\": " << algbw << ", \"busbw_gbs\": " << busbw << "}\n"
+                  << std::flush;
+      }
+      if (bytes > max_bytes / factor) break;  // the next size would pass the largest (and could overflow)
+    }
+  }
+  return 0;
+}
+
+}  // namespace ulysses
