@@ -36,14 +36,9 @@ void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest
   ULY_CHECK(send.dtype() == recv.dtype(), "sendrecv: send " << send.describe() << " and recv " << recv.describe()
                                                             << " differ in dtype");
   const auto n = [](const Tensor& t) { return static_cast<size_t>(t.numel()); };
-  if (!needs_staging(comm, send)) {
-    comm.sendrecv(send.raw(), n(send), dest, recv.raw(), n(recv), source, send.dtype(), /*tag=*/7);
-    return;
-  }
-  Tensor hs = host_copy(backend, send);
-  Tensor hr = Tensor::empty(recv.shape(), recv.dtype(), backend.offload_allocator());
-  comm.sendrecv(hs.raw(), n(send), dest, hr.raw(), n(recv), source, send.dtype(), /*tag=*/7);
-  backend.copy(recv, hr);
+  staged(comm, backend, send, recv, [&](const void* s, void* r) {
+    comm.sendrecv(s, n(send), dest, r, n(recv), source, send.dtype(), /*tag=*/7);
+  });
 }
 
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t) {
