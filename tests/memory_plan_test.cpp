@@ -76,6 +76,16 @@ std::vector<StepOptions> option_combinations() {
     if (variant == 2) o.keep_attention = true;
     all.push_back(o);
   }
+  // Head-chunked attention (2 chunks of the tiny shape's 4 heads), alone and with the other options.
+  for (int variant = 0; variant < 5; ++variant) {
+    StepOptions o;
+    o.head_chunks = 2;
+    if (variant == 1) o.mlp_tiles = 0, o.loss_tile_tokens = 64;
+    if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.mlp_tiles = 0;
+    if (variant == 3) o.checkpoint = true, o.checkpoint_every = 2, o.offload_layers = 1;
+    if (variant == 4) o.checkpoint = true, o.keep_attention = true;
+    all.push_back(o);
+  }
   return all;
 }
 
@@ -84,7 +94,7 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
   for (const StepOptions& o : option_combinations()) {
     SCOPED_TRACE(testing::Message() << "tiles " << o.mlp_tiles << " loss " << o.loss_tile_tokens << " ckpt "
                                     << o.checkpoint << " offload " << o.offload_layers << " keep " << o.keep_attention
-                                    << " every " << o.checkpoint_every);
+                                    << " every " << o.checkpoint_every << " head chunks " << o.head_chunks);
     const MemorySnapshot p = plan(c, 300, o), m = measure(c, 300, o);
     EXPECT_EQ(p.device.peak, m.device.peak);
     EXPECT_EQ(p.host.peak, m.host.peak);

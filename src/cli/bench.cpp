@@ -34,6 +34,10 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"warmup", true, false, "untimed steps first (default 1)"},
       {"no-optimizer", false, false, "forward + backward only (no AdamW state, no update)"},
       {"json", true, false, "also write the result as JSON to this file"},
+      {"find-max-seq", false, false, "find the longest sequence the plan fits (as plan --max-seq, over the options "
+                                     "given and a ladder of others), then confirm it by measured steps at that length "
+                                     "with the options chosen"},
+      {"host-mem-limit", true, false, "host memory budget in GiB for --find-max-seq (default: what this host has)"},
       {"profile", false, false, "time each op family of the timed steps (a table, and \"profile\" in the JSON)"},
       {"help", false, false, "show this help"},
   };
@@ -45,9 +49,13 @@ int run_bench(int argc, char** argv, Communicator& world) {
     return 0;
   }
   ModelConfig config = model_config_from(args, "bench");
-  const int64_t S = args.get_int("seq", 32768, limits::kSeqLen), B = args.get_int("batch", 1, limits::kBatch);
+  int64_t S = args.get_int("seq", 32768, limits::kSeqLen);
+  const int64_t B = args.get_int("batch", 1, limits::kBatch);
   const int64_t steps = args.get_int("steps", 3, limits::kSteps), warmup = args.get_int("warmup", 1, limits::kStepCount);
-  check_tokens_fit_host("bench: a step", B * S, host_memory_available());
+  const bool find_max = args.has("find-max-seq");
+  ULY_CHECK(!find_max || (B == 1 && !args.has("seq")),
+            "bench --find-max-seq finds the sequence length itself, for one sequence: leave out --seq and --batch");
+  if (!find_max) check_tokens_fit_host("bench: a step", B * S, host_memory_available());
   const bool optimize = !args.has("no-optimizer");
   const bool profiling = args.has("profile");
 
@@ -57,8 +65,24 @@ int run_bench(int argc, char** argv, Communicator& world) {
   if (mesh.zigzag()) mesh.layout().check_length(S, "--seq");
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), S);
   StepOptions options = step_options_from(args);
-  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options,
-                            optimize, mesh.ring_size(), mesh.zigzag())) return 0;
+  PlanRequest found;  // --find-max-seq: the plan the measured steps confirm
+  if (find_max) {
+    found.config = config;
+    found.sp = mesh.sp_size();
+    found.ring = mesh.ring_size();
+    found.zigzag = mesh.zigzag();
+    found.options = options;
+    found.act_dtype = backend->act_dtype();
+    found.device = backend->device();
+    found.optimizer = optimize;
+    found.runtime = backend.get();
+    S = find_max_seq(args, found, backend.get(), options, world.rank() == 0);
+    check_tokens_fit_host("bench: a step", S, host_memory_available());
+    if (mesh.zigzag()) mesh.layout().check_length(S, "--find-max-seq's length");
+  }
+  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize, mesh.ring_size(),
+                            mesh.zigzag()))
+    return 0;
 
   LlamaWeights weights(config);
   weights.init_random(*backend, 1234);
@@ -115,6 +139,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
+      {"head_chunks", options.head_chunks},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},
@@ -129,6 +154,17 @@ int run_bench(int argc, char** argv, Communicator& world) {
     std::printf("%-28s %.2f%%\n", "MFU", 100.0 * f.useful / t / gpus / kH100PeakBf16Flops);
     std::printf("%-28s %s\n", "peak device memory (pools)", format_bytes(mem.device.peak).c_str());
     std::printf("%-28s %s\n", "peak host memory (pools)", format_bytes(mem.host.peak).c_str());
+    if (find_max) {
+      found.seq_len = S;
+      found.options = options;
+      const MemorySnapshot planned = plan_step_memory(found);
+      std::printf("%-28s %lld tokens: planned device peak %zu bytes, measured %zu (%s); host %zu, %zu (%s)\n",
+                  "find-max-seq confirmed", static_cast<long long>(S), planned.device.peak, mem.device.peak,
+                  planned.device.peak == mem.device.peak ? "equal" : "differ", planned.host.peak, mem.host.peak,
+                  planned.host.peak == mem.host.peak ? "equal" : "differ");
+      j["find_max_seq"] = {{"seq_len", S}, {"planned_device_bytes", planned.device.peak},
+                           {"planned_host_bytes", planned.host.peak}};
+    }
     const std::string arena = backend->memory_reservation_report();
     if (!arena.empty()) std::cout << arena << "\n";
     if (profiling)

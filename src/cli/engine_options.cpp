@@ -31,6 +31,9 @@ std::vector<OptionSpec> engine_option_specs() {
                                           "--checkpoint (default all)"},
       {"checkpoint-every", true, false, "two-level checkpoints: keep one input per segment of K layers; the backward "
                                         "recomputes a segment's forward once (implies --checkpoint; default 1)"},
+      {"head-chunks", true, false, "run the attention side of each layer (q/k/v projections, all-to-alls, kernel) "
+                                   "one chunk of H/N heads at a time, its working set divided by N; the backward "
+                                   "recomputes each chunk's q/k/v (default 1)"},
       {"keep-attention", true, true, "on|off|auto: with checkpoints, keep each layer's attention output and "
                                      "log-sum-exp on the device so that the recompute skips the attention (2 of its 9 "
                                      "FLOP units); auto (the default) keeps them when the plan with them fits"},
@@ -58,6 +61,7 @@ StepOptions step_options_from(const Args& args) {
     o.checkpoint_every = args.get_int("checkpoint-every", 1, limits::kCheckpointSegment);
     o.checkpoint = true;
   }
+  if (args.has("head-chunks")) o.head_chunks = args.get_int("head-chunks", 1, limits::kHeadChunks);
   const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
   ULY_CHECK(keep.empty() || keep == "on" || keep == "off" || keep == "auto",
             "--keep-attention takes on, off or auto, got '" << keep << "'");

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "model/llama.h"
+#include "train/memory_plan.h"
 
 namespace ulysses {
 
@@ -33,5 +34,11 @@ bool keep_attention_auto(const Args& args);
 // when the plan with it fits. Returns true when the command should stop after the dry run.
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
                            StepOptions& options, bool with_optimizer = false, int ring = 1, bool zigzag = false);
+
+// plan --max-seq and bench --find-max-seq (cli/plan.cpp): the longest sequence whose plan fits the
+// device budget (--memory-limit GiB, or what `runtime` has free) and the host budget
+// (--host-mem-limit GiB, or what this host has), over the request's options and a ladder of the
+// usual ones; `chosen` gets the options that reach it. print: the ladder table and the plan on stdout.
+int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOptions& chosen, bool print);
 
 }  // namespace ulysses

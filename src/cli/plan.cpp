@@ -3,12 +3,14 @@
 // The exact memory plan of one training step, per pool, without running it
 // (and without a GPU or the ranks it describes); or the longest sequence that fits.
 #include <cstdio>
+#include <sstream>
 #include <iostream>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "io/model_folder.h"
+#include "parallel/sequence_attention.h"
 #include "train/memory_plan.h"
 
 namespace ulysses {
@@ -27,6 +29,7 @@ std::string options_text(const StepOptions& o) {
   else if (o.checkpoint)
     s += "--checkpoint ";
   if (o.checkpoint && o.checkpoint_every > 1) s += "--checkpoint-every=" + std::to_string(o.checkpoint_every) + " ";
+  if (o.head_chunks > 1) s += "--head-chunks=" + std::to_string(o.head_chunks) + " ";
   if (o.keep_attention) s += "--keep-attention ";
   if (o.loss_tile_tokens > 0) s += "--tiled-loss ";
   if (o.mlp_tiles != 1) s += "--tiled-mlp ";
@@ -34,11 +37,14 @@ std::string options_text(const StepOptions& o) {
   return s.empty() ? "(none)" : s;
 }
 
+}  // namespace
+
 // The longest sequence for the options given and for a ladder of the usual combinations,
 // then the plan of the longest. The search plans without asking the GPU (a cuDNN graph per
 // length would take minutes); the final plan asks it where there is one, stepping down while
 // cuDNN's workspace makes it miss.
-int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
+
+int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOptions& chosen, bool print) {
   // The CPU backend's "device" is this host's memory; a CUDA plan needs the GPU here or a figure.
   const size_t device_budget = gib_option(
       args, "memory-limit",
@@ -61,10 +67,30 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
       two_level.checkpoint_every = every;
       ladder.push_back(two_level);
     }
-  std::cout << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
+  // Head-chunked attention on the offloaded two-level rungs: the most chunks (of 8, 4, 2) the heads allow.
+  for (int64_t chunks : {8, 4, 2}) {
+    try {
+      check_head_chunks(req.config.num_attention_heads, req.config.num_key_value_heads, req.sp, chunks);
+    } catch (const Error&) {
+      continue;
+    }
+    for (int64_t every : {1, 4}) {
+      StepOptions chunked = offload;
+      chunked.checkpoint_every = every;
+      chunked.head_chunks = chunks;
+      ladder.push_back(chunked);
+    }
+    break;
+  }
+  std::ostringstream os;
+  os << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
             << format_bytes(host_budget) << "\n";
-  std::printf("  %-72s %14s\n", "options", "max tokens");
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-72s %14s\n", "options", "max tokens");
+  os << line;
+  if (print) std::cout << os.str() << std::flush;
+  os.str("");
   PlanRequest search = req;
   search.runtime = nullptr;
   int64_t best = 0;
@@ -73,8 +99,10 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
     if (i > 0 && options_text(ladder[i]) == options_text(req.options)) continue;
     search.options = ladder[i];
     const int64_t n = max_sequence(search, device_budget, host_budget);
-    std::printf("  %-72s %14lld%s\n", (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(),
-                static_cast<long long>(n), n == 0 ? "  (not even 1024 tokens)" : "");
+    std::snprintf(line, sizeof line, "  %-72s %14lld%s\n",
+                  (options_text(ladder[i]) + (i == 0 ? " (as given)" : "")).c_str(), static_cast<long long>(n),
+                  n == 0 ? "  (not even 1024 tokens)" : "");
+    if (print) std::cout << line << std::flush;
     if (n > best) best = n, best_options = ladder[i];
   }
   ULY_CHECK(best > 0, "plan --max-seq: no option fits 1024 tokens in " << format_bytes(device_budget)
@@ -84,18 +112,18 @@ int print_max_seq(const Args& args, PlanRequest req, Backend* runtime) {
     req.seq_len = best;
     const MemorySnapshot m = plan_step_memory(req);
     if ((m.device.peak <= device_budget && m.host.peak <= host_budget) || best <= 1024) {
-      std::cout << "max seq: " << best << " tokens with " << options_text(best_options) << "\n"
+      if (print)
+        std::cout << "max seq: " << best << " tokens with " << options_text(best_options) << "\n"
                 << memory_report(m, local_tokens(req), req.config.hidden_size);
       break;
     }
     best -= 1024;
   }
-  if (req.device == Device::CUDA && !runtime)
+  if (print && req.device == Device::CUDA && !runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's is known only on the GPU)\n";
-  return 0;
+  chosen = best_options;
+  return best;
 }
-
-}  // namespace
 
 int run_plan(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
@@ -140,7 +168,11 @@ int run_plan(int argc, char** argv) {
     }
   }
   req.runtime = runtime.get();
-  if (args.has("max-seq")) return print_max_seq(args, req, runtime.get());
+  if (args.has("max-seq")) {
+    StepOptions chosen;
+    find_max_seq(args, req, runtime.get(), chosen, /*print=*/true);
+    return 0;
+  }
   check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size

@@ -55,6 +55,7 @@ inline constexpr IntRange kLossTile{0, int64_t{1} << 30, "tokens per tile; 0 = o
 inline constexpr IntRange kLossTileOption{1, int64_t{1} << 30, "tokens per tile"};
 inline constexpr IntRange kOffloadLayers{-1, 1 << 16, "layers; -1 = all"};
 inline constexpr IntRange kCheckpointSegment{1, 1 << 16, "layers per checkpoint segment"};
+inline constexpr IntRange kHeadChunks{1, 1 << 12, "head chunks per attention call"};
 inline constexpr IntRange kKeepLast{0, 1 << 20, "checkpoints; 0 = keep every one"};
 
 // Optimizer hyperparameters.

@@ -15,30 +15,51 @@ struct LlamaModel::LayerActs {
   Tensor x_in, xn1, rstd1, q, k, v, attn, x_mid, xn2, rstd2;
   Tensor gate, up, h;  // [N, F], kept only when the MLP is not tiled
   AttentionSaved saved;
+  std::vector<AttentionSaved> chunks;  // --head-chunks: per chunk, lse (and out where it is kept)
 };
+
+namespace {
+
+// The sequence attention for one chunk of heads (all heads without --head-chunks), after
+// checking the chunking against the Ulysses degree: make(H / chunks, Hkv / chunks).
+template <class Make>
+std::unique_ptr<SequenceAttention> chunked_attention(Backend&, const ModelConfig& c, const StepOptions& o,
+                                                     int64_t ulysses_degree, Make make) {
+  check_head_chunks(c.num_attention_heads, c.num_key_value_heads, ulysses_degree, o.head_chunks);
+  return make(c.num_attention_heads / o.head_chunks, c.num_key_value_heads / o.head_chunks);
+}
+
+}  // namespace
 
 // With --keep-attention, each layer's attention output and log-sum-exp outlive the
 // forward pass (in the attention's own layout), so that the recompute before the
 // backward skips the attention kernel (2 of its 9 FLOP units with recompute).
 struct LlamaModel::KeptAttention {
-  Tensor out, lse;
+  std::vector<Tensor> out, lse;  // one per head chunk
 };
 
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp_group, StepOptions options)
     : LlamaModel(weights, backend,
-                 make_sequence_attention(backend, sp_group, weights.config().num_attention_heads,
-                                         weights.config().num_key_value_heads, weights.config().head_dim),
+                 chunked_attention(backend, weights.config(), options, sp_group.size(),
+                                   [&](int64_t h, int64_t hkv) {
+                                     return make_sequence_attention(backend, sp_group, h, hkv,
+                                                                    weights.config().head_dim);
+                                   }),
                  options) {}
 
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMesh& mesh, StepOptions options)
     : LlamaModel(weights, backend,
-                 make_sequence_attention(backend, mesh, weights.config().num_attention_heads,
-                                         weights.config().num_key_value_heads, weights.config().head_dim),
+                 chunked_attention(backend, weights.config(), options, mesh.ulysses_size(),
+                                   [&](int64_t h, int64_t hkv) {
+                                     return make_sequence_attention(backend, mesh, h, hkv, weights.config().head_dim);
+                                   }),
                  options) {}
 
+// `attention` must be built for H / head_chunks query and Hkv / head_chunks kv heads.
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
                        StepOptions options)
     : w_(weights), be_(backend), options_(options), c_(weights.config()), attention_(std::move(attention)) {
+  check_head_chunks(c_.num_attention_heads, c_.num_key_value_heads, 1, options_.head_chunks);
   ULY_CHECK(options_.mlp_tiles >= 0, "--tiled-mlp must be >= 1 (or given without a value), got " << options_.mlp_tiles);
   ULY_CHECK(options_.loss_tile_tokens >= 0, "--tiled-loss must be >= 0, got " << options_.loss_tile_tokens);
   const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
@@ -79,30 +100,123 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
   a.xn1 = be_.empty({N, D}, t);
   a.rstd1 = be_.empty({N}, DType::F32);
   be_.rmsnorm_forward(a.xn1, a.rstd1, x_in, L.input_norm->value, c_.rms_norm_eps);
-  prof.next("qkv projections");
-  a.q = be_.empty({N, H * d}, t);
-  a.k = be_.empty({N, Hkv * d}, t);
-  a.v = be_.empty({N, Hkv * d}, t);
-  linear(a.q, a.xn1, *L.wq);
-  linear(a.k, a.xn1, *L.wk);
-  linear(a.v, a.xn1, *L.wv);
-  a.q = a.q.reshape({N, H, d});
-  a.k = a.k.reshape({N, Hkv, d});
-  a.v = a.v.reshape({N, Hkv, d});
-  prof.next("rope");
-  be_.rope_forward(a.q, a.q, positions_, inv_freq_);
-  be_.rope_forward(a.k, a.k, positions_, inv_freq_);
-  prof.next("attention");
-  a.attn = be_.empty({N, H, d}, t);
-  if (kept) attention_->restore(a.attn, a.saved, a.q, a.k, a.v, docs_, kept->out, kept->lse);
-  else attention_->forward(a.attn, a.saved, a.q, a.k, a.v, docs_);
-  a.attn = a.attn.reshape({N, H * d});
+  if (options_.head_chunks > 1) {
+    prof.end();
+    attention_forward_chunked(l, a, kept);
+  } else {
+    prof.next("qkv projections");
+    a.q = be_.empty({N, H * d}, t);
+    a.k = be_.empty({N, Hkv * d}, t);
+    a.v = be_.empty({N, Hkv * d}, t);
+    linear(a.q, a.xn1, *L.wq);
+    linear(a.k, a.xn1, *L.wk);
+    linear(a.v, a.xn1, *L.wv);
+    a.q = a.q.reshape({N, H, d});
+    a.k = a.k.reshape({N, Hkv, d});
+    a.v = a.v.reshape({N, Hkv, d});
+    prof.next("rope");
+    be_.rope_forward(a.q, a.q, positions_, inv_freq_);
+    be_.rope_forward(a.k, a.k, positions_, inv_freq_);
+    prof.next("attention");
+    a.attn = be_.empty({N, H, d}, t);
+    if (kept) attention_->restore(a.attn, a.saved, a.q, a.k, a.v, docs_, kept->out[0], kept->lse[0]);
+    else attention_->forward(a.attn, a.saved, a.q, a.k, a.v, docs_);
+    a.attn = a.attn.reshape({N, H * d});
+  }
   prof.next("o-projection");
   a.x_mid = be_.empty({N, D}, t);
   linear(a.x_mid, a.attn, *L.wo);
   be_.add(a.x_mid, a.x_mid, x_in);
   prof.end();
   mlp_forward(l, a.x_mid, a, x_out);
+}
+
+void LlamaModel::project_qkv_chunk(int64_t l, int64_t c, const Tensor& xn1, Tensor& q, Tensor& k, Tensor& v) {
+  LlamaWeights::Layer& L = w_.layer(l);
+  const int64_t N = xn1.dim(0), C = options_.head_chunks, h = c_.num_attention_heads / C,
+                hkv = c_.num_key_value_heads / C, d = c_.head_dim;
+  const DType t = be_.act_dtype();
+  ProfileScope prof(be_, "qkv projections");
+  q = be_.empty({N, h * d}, t);
+  k = be_.empty({N, hkv * d}, t);
+  v = be_.empty({N, hkv * d}, t);
+  // The chunk's rows of Wq, Wk, Wv: heads [c h, (c + 1) h) and their kv heads [c hkv, (c + 1) hkv).
+  be_.matmul(q, xn1, L.wq->value.slice(c * h * d, (c + 1) * h * d), false, true);
+  be_.matmul(k, xn1, L.wk->value.slice(c * hkv * d, (c + 1) * hkv * d), false, true);
+  be_.matmul(v, xn1, L.wv->value.slice(c * hkv * d, (c + 1) * hkv * d), false, true);
+  q = q.reshape({N, h, d});
+  k = k.reshape({N, hkv, d});
+  v = v.reshape({N, hkv, d});
+  prof.next("rope");
+  be_.rope_forward(q, q, positions_, inv_freq_);
+  be_.rope_forward(k, k, positions_, inv_freq_);
+}
+
+void LlamaModel::attention_forward_chunked(int64_t l, LayerActs& a, const KeptAttention* kept) {
+  const int64_t N = a.xn1.dim(0), H = c_.num_attention_heads, d = c_.head_dim, C = options_.head_chunks, h = H / C;
+  const DType t = be_.act_dtype();
+  const bool keep_out = options_.checkpoint && options_.keep_attention;
+  a.attn = be_.empty({N, H, d}, t);
+  a.chunks.assign(static_cast<size_t>(C), AttentionSaved{});
+  for (int64_t c = 0; c < C; ++c) {
+    Tensor q, k, v;
+    project_qkv_chunk(l, c, a.xn1, q, k, v);
+    ProfileScope prof(be_, "attention");
+    Tensor out = be_.empty({N, h, d}, t);
+    AttentionSaved s;
+    if (kept) attention_->restore(out, s, q, k, v, docs_, kept->out[c], kept->lse[c]);
+    else attention_->forward(out, s, q, k, v, docs_);
+    // Only the chunk's lse outlives it (and its output in the attention's layout, when kept): the
+    // backward recomputes q, k, v and takes the output from a.attn.
+    a.chunks[c].lse = s.lse;
+    if (keep_out) a.chunks[c].out = s.out;
+    s = AttentionSaved{};
+    q = k = v = Tensor{};
+    be_.copy_heads(a.attn, c * h, out, 0, h, false);
+  }
+  a.attn = a.attn.reshape({N, H * d});
+}
+
+// dxn1 (write): dL/d(normed input) from every chunk's q, k, v; the chunks' weight gradients added.
+void LlamaModel::attention_backward_chunked(int64_t l, LayerActs& a, const Tensor& dattn, Tensor& dxn1,
+                                            const Tensor& xn1) {
+  LlamaWeights::Layer& L = w_.layer(l);
+  const int64_t N = dattn.dim(0), H = c_.num_attention_heads, d = c_.head_dim, C = options_.head_chunks, h = H / C,
+                hkv = c_.num_key_value_heads / C;
+  const DType t = be_.act_dtype();
+  const Tensor attn = a.attn.reshape({N, H, d}), dout_all = dattn.reshape({N, H, d});
+  for (int64_t c = 0; c < C; ++c) {
+    Tensor q, k, v;
+    project_qkv_chunk(l, c, xn1, q, k, v);
+    ProfileScope prof(be_, "attention");
+    AttentionSaved& s = a.chunks[c];
+    Tensor out;
+    if (!s.out.defined()) {
+      out = be_.empty({N, h, d}, t);
+      be_.copy_heads(out, 0, attn, c * h, h, false);
+    }
+    attention_->prepare_backward(s, q, k, v, out);
+    q = k = v = out = Tensor{};
+    Tensor dout = be_.empty({N, h, d}, t);
+    be_.copy_heads(dout, 0, dout_all, c * h, h, false);
+    Tensor dq = be_.empty({N, h, d}, t), dk = be_.empty({N, hkv, d}, t), dv = be_.empty({N, hkv, d}, t);
+    attention_->backward(dq, dk, dv, dout, s, docs_);
+    s = AttentionSaved{};
+    dout = Tensor{};
+    prof.next("rope");
+    be_.rope_backward(dq, dq, positions_, inv_freq_);
+    be_.rope_backward(dk, dk, positions_, inv_freq_);
+    prof.next("qkv projections");
+    const auto rows = [&](Parameter& w, const Tensor& dy, int64_t r0, int64_t r1, bool accumulate) {
+      Tensor wv = w.value.slice(r0, r1), wg = w.grad.slice(r0, r1);
+      be_.matmul(dxn1, dy, wv, false, false, 1.0, accumulate ? 1.0 : 0.0);
+      be_.matmul(wg, dy, xn1, true, false, 1.0, 1.0);
+    };
+    rows(*L.wq, dq.reshape({N, h * d}), c * h * d, (c + 1) * h * d, c > 0);
+    rows(*L.wk, dk.reshape({N, hkv * d}), c * hkv * d, (c + 1) * hkv * d, true);
+    rows(*L.wv, dv.reshape({N, hkv * d}), c * hkv * d, (c + 1) * hkv * d, true);
+  }
+  a.chunks.clear();
 }
 
 void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out) {
@@ -193,6 +307,22 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   prof.next("o-projection");
   Tensor dattn = be_.empty({N, H * d}, t);
   linear_backward(dattn, *L.wo, d_mid, a.attn, false);
+  if (options_.head_chunks > 1) {
+    prof.next("rmsnorm");
+    Tensor xn1 = be_.empty({N, D}, t);
+    be_.rmsnorm_forward(xn1, a.rstd1, a.x_in, L.input_norm->value, c_.rms_norm_eps);
+    prof.end();
+    Tensor dxn1 = be_.empty({N, D}, t);
+    attention_backward_chunked(l, a, dattn, dxn1, xn1);
+    a.attn = dattn = xn1 = Tensor{};
+    if (after_attention) after_attention();
+    prof.next("rmsnorm");
+    Tensor dx = be_.empty({N, D}, t);
+    be_.rmsnorm_backward(dx, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1);
+    be_.add(dx, dx, d_mid);
+    grad = dx;
+    return;
+  }
   a.attn = Tensor{};
   prof.next("attention");
   Tensor dq = be_.empty({N, H, d}, t), dk = be_.empty({N, Hkv, d}, t), dv = be_.empty({N, Hkv, d}, t);
@@ -321,11 +451,13 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     if (options_.checkpoint && l % K == 0) store.put(l, x);
     layer_forward(l, x, acts[l], y);
     if (keep) {  // into the checkpoint pool, so that the working set stays what it was
-      const AttentionSaved& sv = acts[l].saved;
-      kept[l].out = be_.empty(sv.out.shape(), sv.out.dtype(), Pool::Checkpoints);
-      kept[l].lse = be_.empty(sv.lse.shape(), sv.lse.dtype(), Pool::Checkpoints);
-      be_.copy(kept[l].out, sv.out);
-      be_.copy(kept[l].lse, sv.lse);
+      const std::vector<AttentionSaved> one{acts[l].saved};
+      for (const AttentionSaved& sv : options_.head_chunks > 1 ? acts[l].chunks : one) {
+        kept[l].out.push_back(be_.empty(sv.out.shape(), sv.out.dtype(), Pool::Checkpoints));
+        kept[l].lse.push_back(be_.empty(sv.lse.shape(), sv.lse.dtype(), Pool::Checkpoints));
+        be_.copy(kept[l].out.back(), sv.out);
+        be_.copy(kept[l].lse.back(), sv.lse);
+      }
     }
     if (options_.checkpoint) acts[l] = LayerActs{};
     x = y;

@@ -24,6 +24,8 @@ struct StepOptions {
   int64_t checkpoint_every = 1;   // with checkpoint: keep one input per segment of this many layers (two-level
                                   // checkpointing); the backward recomputes a segment's forward once, keeping its
                                   // layer inputs on the device (Checkpoints pool), then each layer as usual
+  int64_t head_chunks = 1;        // q/k/v projections, all-to-alls and attention one chunk of H/N heads at a time
+                                  // (UPipe's idea at every degree); the backward recomputes each chunk's q/k/v
 };
 
 class LlamaModel {
@@ -55,6 +57,12 @@ class LlamaModel {
   // activation is released as soon as the backward has used it; after_attention (if set) runs
   // once the attention's backward is done (the checkpoint prefetch goes there: past the peak).
   void layer_backward(int64_t l, LayerActs& a, Tensor& grad, const std::function<void()>& after_attention);
+  // --head-chunks: the attention side of a layer one chunk of heads at a time (forward writes a.attn,
+  // keeps each chunk's lse; backward recomputes each chunk's q/k/v from the rebuilt normed input).
+  void attention_forward_chunked(int64_t l, LayerActs& a, const KeptAttention* kept);
+  void attention_backward_chunked(int64_t l, LayerActs& a, const Tensor& dattn, Tensor& dxn1, const Tensor& xn1);
+  // q, k, v of head chunk c ([N, H/C, d], [N, Hkv/C, d]) from the normed input, RoPE applied.
+  void project_qkv_chunk(int64_t l, int64_t c, const Tensor& xn1, Tensor& q, Tensor& k, Tensor& v);
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
   int64_t mlp_tile_tokens(int64_t N) const;

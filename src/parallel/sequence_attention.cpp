@@ -43,6 +43,14 @@ class LocalAttention : public SequenceAttention {
     saved.lse = kept_lse;
   }
 
+  void prepare_backward(AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out_local) override {
+    saved.q = q;
+    saved.k = k;
+    saved.v = v;
+    if (!saved.out.defined()) saved.out = out_local;
+  }
+
  private:
   Backend& backend_;
   std::unique_ptr<AttentionKernel> kernel_;
@@ -74,6 +82,20 @@ void check_ulysses_degree(int64_t H, int64_t Hkv, int64_t P, int64_t S_global) {
                                         << valid_degrees(H, Hkv));
   ULY_CHECK(S_global >= P, "sequence of " << S_global << " tokens cannot be split over " << P
                                           << " sequence-parallel ranks (each rank needs at least one token)");
+}
+
+void check_head_chunks(int64_t H, int64_t Hkv, int64_t P, int64_t chunks) {
+  ULY_CHECK(chunks >= 1, "--head-chunks must be >= 1, got " << chunks);
+  if (chunks == 1) return;
+  ULY_CHECK(H % chunks == 0 && Hkv % chunks == 0,
+            "--head-chunks " << chunks << ": a chunk must hold whole KV groups, so num_attention_heads " << H
+                             << " and num_key_value_heads " << Hkv << " must both divide by it (H/N = " << H
+                             << "/" << chunks << ", Hkv/N = " << Hkv << "/" << chunks << ")");
+  const int64_t h = H / chunks, hkv = Hkv / chunks;
+  ULY_CHECK(h % P == 0 && (hkv % P == 0 || P % hkv == 0),
+            "--head-chunks " << chunks << " at sequence-parallel degree " << P << ": each chunk's " << h
+                             << " query and " << hkv << " kv heads must still spread over the " << P
+                             << " ranks (H/N % P == 0, and Hkv/N % P == 0 or P % (Hkv/N) == 0); use fewer chunks");
 }
 
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,

@@ -31,13 +31,24 @@ class SequenceAttention {
   // (its saved.out and saved.lse): the layouts and communication are redone, the kernel is not.
   virtual void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Documents& docs, const Tensor& kept_out, const Tensor& kept_lse) = 0;
+  // Head-chunked backward (--head-chunks): the forward kept only saved.lse (and saved.out where
+  // it was kept); this rebuilds saved.q/k/v from the local q, k, v (layouts and communication
+  // redone) and, when saved.out is undefined, saved.out from the local output out_local
+  // ([S_local, H, d]), so that backward() can run.
+  virtual void prepare_backward(AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out_local) = 0;
 };
 
 // Checks that heads H and kv heads Hkv can be spread over P ranks, and that
 // each rank gets at least one token of S; throws an Error naming the valid degrees.
 void check_ulysses_degree(int64_t H, int64_t Hkv, int64_t P, int64_t S_global);
 
-// Local attention when the group has one rank, Ulysses otherwise.
+// Checks that `chunks` head chunks hold whole KV groups (H and Hkv divisible by it) and that each
+// chunk's H/chunks and Hkv/chunks heads can still be spread over P ranks.
+void check_head_chunks(int64_t H, int64_t Hkv, int64_t P, int64_t chunks);
+
+// Local attention when the group has one rank, Ulysses otherwise. H, Hkv: the heads of one call
+// (a head chunk's, with --head-chunks).
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,
                                                            int64_t Hkv, int64_t d);
 // The hybrid mesh (parallel/mesh.h): Ulysses all-to-all inside `ulysses_group`, ring

@@ -78,6 +78,14 @@ void UlyssesAttention::restore(Tensor& out, AttentionSaved& saved, const Tensor&
   gather_heads(out, saved.out, heads_per_rank_, false);
 }
 
+void UlyssesAttention::prepare_backward(AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out_local) {
+  saved.q = scatter_heads(q, heads_per_rank_, false);
+  saved.k = scatter_heads(k, kv_per_rank_, true);
+  saved.v = scatter_heads(v, kv_per_rank_, true);
+  if (!saved.out.defined()) saved.out = scatter_heads(out_local, heads_per_rank_, false);
+}
+
 void UlyssesAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
                                 const Documents& docs) {
   const int64_t S = dout.dim(0) * P_;

@@ -22,6 +22,8 @@ class UlyssesAttention : public SequenceAttention {
                 const Documents& docs) override;
   void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                const Documents& docs, const Tensor& kept_out, const Tensor& kept_lse) override;
+  void prepare_backward(AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out_local) override;
 
  private:
   // [S_l, heads, d] local → [S, n, d] gathered, rank j's block taken from head head0(j).

@@ -65,6 +65,7 @@ memory:
   offload_checkpoints: 0  # first K layers' checkpoints to host memory; -1 = all (implies checkpoint)
   keep_attention: false   # with checkpoints: keep attention outputs so that the recompute skips the attention
   checkpoint_every: 1     # two-level checkpoints: one saved input per this many layers (implies checkpoint)
+  head_chunks: 1          # attention (projections, all-to-alls, kernel) one chunk of H/N heads at a time
 )";
 
 // Converts YAML to JSON, counting nodes as aliases expand: a few lines of anchors
@@ -206,6 +207,7 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("memory.tiled_loss", kLossTile),
       int_key("memory.offload_checkpoints", kOffloadLayers),
       int_key("memory.checkpoint_every", kCheckpointSegment),
+      int_key("memory.head_chunks", kHeadChunks),
       int_key("keep_last", kKeepLast),
   };
   return ranges;
@@ -332,6 +334,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.memory.keep_attention = m["keep_attention"];
   c.memory.checkpoint_every = m["checkpoint_every"];
   if (c.memory.checkpoint_every > 1) c.memory.checkpoint = true;
+  c.memory.head_chunks = m["head_chunks"];
 
   const std::string src = path.empty() ? std::string("train config") : path;
   ULY_CHECK(!c.model.empty() || !c.model_config.empty(),

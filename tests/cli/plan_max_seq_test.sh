@@ -19,6 +19,14 @@ if [ -n "$n" ] && [ "$opts" != "(none)" ]; then
   "$ULYSSES" plan --shape tiny --layers 2 --seq $((n + 1024)) --memory-limit 0.25 $opts > over.txt 2>&1 \
     && fail "$((n + 1024)) tokens must not fit" || pass "$((n + 1024)) tokens do not fit"
 fi
+# bench --find-max-seq: the same search, then a measured step at that length whose pools equal its plan.
+"$ULYSSES" bench --shape tiny --layers 1 --find-max-seq --memory-limit 0.01 --steps 1 --warmup 0 --no-optimizer \
+  --tiled-mlp --tiled-loss --checkpoint > bench.txt 2> bench_err.txt \
+  && pass "bench --find-max-seq runs" || { fail "bench --find-max-seq runs"; tail -5 bench_err.txt; }
+grep -q -E "^find-max-seq confirmed +[0-9]+ tokens: planned device peak [0-9]+ bytes, measured [0-9]+ \(equal\); host [0-9]+, [0-9]+ \(equal\)" bench.txt \
+  && pass "bench --find-max-seq: measured peaks equal the plan" || { fail "bench --find-max-seq: measured = plan"; grep find-max bench.txt; }
+expect_error "bench --find-max-seq with --seq" "leave out --seq" \
+  "$ULYSSES" bench --shape tiny --find-max-seq --seq 1024 --memory-limit 0.01
 expect_error "cuda --max-seq without a GPU or a budget" "memory-limit" \
   env CUDA_VISIBLE_DEVICES= "$ULYSSES" plan --shape tiny --backend cuda --max-seq
 

@@ -145,6 +145,69 @@ TEST(MemoryOptions, TwoLevelCheckpointsEveryDegree) {
   }
 }
 
+// Head-chunked attention (--head-chunks 1, 2, 4 wherever the heads allow at the degree) alone and
+// with tiled MLP, tiled loss, offloaded checkpoints, two-level checkpoints and kept attention
+// equals the plain step at every degree. 8 query and 4 kv heads, so that chunks of 2 and 4 exist.
+TEST(MemoryOptions, HeadChunksEveryDegree) {
+  ModelConfig c;
+  ASSERT_TRUE(named_model_config("tiny", &c));
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 8;
+  auto be = make_cpu_backend();
+  LlamaWeights w(c);
+  w.init_random(*be, 13);
+  TokenBatch batch;
+  batch.B = 1;
+  batch.S = 320;
+  for (int64_t i = 0; i < batch.S; ++i) {
+    batch.ids.push_back(static_cast<int32_t>((i * 11 + 3) % c.vocab_size));
+    batch.targets.push_back(i % 41 == 0 ? -100 : static_cast<int32_t>((i * 5 + 2) % c.vocab_size));
+    batch.positions.push_back(static_cast<int32_t>(i < 120 ? i : i - 120));  // two documents
+  }
+  const Outcome plain = run(w, *be, batch, 1, {});
+  int checked = 0;
+  for (int sp : ProcessMesh::valid_sp_values(world().size())) {
+    if (!fits(c, sp)) continue;
+    for (int64_t chunks : {1, 2, 4}) {
+      const int64_t h = c.num_attention_heads / chunks, hkv = c.num_key_value_heads / chunks;
+      if (h % sp != 0 || (hkv % sp != 0 && sp % hkv != 0)) continue;
+      for (int variant = 0; variant < 5; ++variant) {
+        StepOptions o;
+        o.head_chunks = chunks;
+        if (variant == 1) o.mlp_tiles = 3, o.loss_tile_tokens = 50;
+        if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.mlp_tiles = 0;
+        if (variant == 3) o.checkpoint = true, o.checkpoint_every = 2, o.offload_layers = 1, o.loss_tile_tokens = 64;
+        if (variant == 4) o.checkpoint = true, o.keep_attention = true, o.checkpoint_every = 2;
+        SCOPED_TRACE("sp=" + std::to_string(sp) + " head chunks " + std::to_string(chunks) + " variant " +
+                     std::to_string(variant));
+        expect_same(run(w, *be, batch, sp, o), plain, w);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// A chunk count the heads cannot take is refused, naming the rule.
+TEST(MemoryOptions, HeadChunksThatSplitKvGroupsAreRefused) {
+  ModelConfig c;
+  ASSERT_TRUE(named_model_config("tiny", &c));  // 4 query heads, 2 kv heads
+  auto be = make_cpu_backend();
+  LlamaWeights w(c);
+  w.init_random(*be, 1);
+  ProcessMesh mesh(world(), 1);
+  StepOptions o;
+  o.head_chunks = 4;  // Hkv / 4 is not whole
+  try {
+    LlamaModel model(w, *be, mesh.sp(), o);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("whole KV groups"), std::string::npos) << e.message();
+  }
+}
+
 }  // namespace
 }  // namespace ulysses::test
 
