@@ -170,6 +170,10 @@ TEST(ResumeFingerprint, CoversPrecisionMeshAndOptimizerButNotSteps) {
   EXPECT_ERROR(check_resume_fingerprint(fp({"backend=cuda"}), fp({"backend=cuda", "dtype=fp32"}), "ck"),
                "'precision.dtype' is \"fp32\" in this run but was \"bf16\"");
   EXPECT_ERROR(check_resume_fingerprint(base, fp({}, {2, 2, 1}), "ck"), "'mesh.");
+  const CheckpointMesh sp2 = {2, 2, 1};
+  EXPECT_ERROR(check_resume_fingerprint(fp({}, sp2), fp({"sp_ring=2"}, sp2), "ck"), "'mesh.sp_ring' is 2 in this run but was absent");
+  EXPECT_ERROR(check_resume_fingerprint(fp({"sp_ring=2"}, sp2), fp({"sp_ring=2", "zigzag=true"}, sp2), "ck"),
+               "'mesh.zigzag' is true");
   EXPECT_ERROR(check_resume_fingerprint(base, fp({"optimizer.beta2=0.99"}), "ck"), "'training.optimizer.beta2' is 0.99");
   EXPECT_ERROR(check_resume_fingerprint(base, fp({"data.seq_len=2048"}), "ck"), "'training.data.seq_len' is 2048");
   check_resume_fingerprint(base, fp({"steps=5000", "log_every=7", "out_dir=elsewhere", "memory.checkpoint=true"}), "ck");

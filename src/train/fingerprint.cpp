@@ -49,9 +49,15 @@ json run_fingerprint(const TrainConfig& c, const ModelConfig& m, const Checkpoin
     model["rope_original_max_position_embeddings"] = m.rope.original_max_position_embeddings;
   }
   const json& cfg = c.as_json;
+  json mesh_json = {{"world", mesh.world}, {"sp", mesh.sp}, {"dp", mesh.dp}};
+  // The ring degree and the token layout change which rank holds which tokens and the
+  // order of the sums: not the maths, but the bits a resume promises. Written only when
+  // not the default, so checkpoints from before they existed still match a plain run.
+  if (c.sp_ring != 1) mesh_json["sp_ring"] = c.sp_ring;
+  if (c.zigzag) mesh_json["zigzag"] = true;
   return {{"model", model},
           {"data", data},
-          {"mesh", {{"world", mesh.world}, {"sp", mesh.sp}, {"dp", mesh.dp}}},
+          {"mesh", mesh_json},
           {"precision", {{"backend", c.backend}, {"dtype", c.backend == "cpu" ? std::string("fp32") : c.dtype}}},
           {"training",
            {{"batch_size", cfg["batch_size"]},
