@@ -121,8 +121,9 @@ class Backend {
   void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table);
   void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids);
   void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps);
+  // accumulate_dx: dx += the gradient (the residual branch's gradient added in the same pass).
   void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& rstd);
+                        const Tensor& rstd, bool accumulate_dx = false);
   // x/out: [N, H, d]; pos: [N] int32; inv_freq: [d/2] float32 (host or this backend's device).
   void rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq);
   void rope_backward(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq);
@@ -207,7 +208,7 @@ class Backend {
   virtual void embedding_backward_impl(Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
   virtual void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) = 0;
   virtual void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                                     const Tensor& rstd) = 0;
+                                     const Tensor& rstd, bool accumulate_dx) = 0;
   virtual void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) = 0;
   virtual void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) = 0;
   virtual void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,

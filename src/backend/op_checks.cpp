@@ -238,7 +238,7 @@ void Backend::rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Te
 }
 
 void Backend::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                               const Tensor& rstd) {
+                               const Tensor& rstd, bool accumulate_dx) {
   const OpCheck c(*this, "rmsnorm_backward");
   c.data(x, "x");
   const auto [N, D] = rows_of(c, x, "x");
@@ -251,7 +251,7 @@ void Backend::rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const T
   c.accumulator(rstd, x.dtype(), "rstd");
   ULY_CHECK(rstd.numel() == N, c.op() << ": rstd is " << rstd.describe() << ", expected " << N
                                       << " elements (one per row of x " << x.describe() << ")");
-  rmsnorm_backward_impl(dx, dw, dy, x, w, rstd);
+  rmsnorm_backward_impl(dx, dw, dy, x, w, rstd, accumulate_dx);
 }
 
 void Backend::rope_forward(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) {

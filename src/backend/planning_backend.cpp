@@ -54,7 +54,8 @@ class PlanningBackend final : public Backend {
   void embedding_forward_impl(Tensor&, const Tensor&, const Tensor&) override {}
   void embedding_backward_impl(Tensor&, const Tensor&, const Tensor&) override {}
   void rmsnorm_forward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
-  void rmsnorm_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void rmsnorm_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             bool) override {}
   void rope_forward_impl(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void rope_backward_impl(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void attention_forward_impl(Tensor&, Tensor&, const Tensor& q, const Tensor& k, const Tensor&, const Documents& docs,

@@ -284,9 +284,8 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
     linear_backward(dxn, *L.w_up, dup, xn, true);
   }
   prof.next("rmsnorm");
-  Tensor dx2 = be_.empty({N, D}, t);
-  be_.rmsnorm_backward(dx2, L.post_norm->grad, dxn2, a.x_mid, L.post_norm->value, a.rstd2);
-  be_.add(d_mid, d_mid, dx2);
+  // The residual branch's gradient is already in d_mid: the norm's gradient is added to it in one pass.
+  be_.rmsnorm_backward(d_mid, L.post_norm->grad, dxn2, a.x_mid, L.post_norm->value, a.rstd2, true);
   // The MLP half's activations are spent: gone before the attention's backward (the layer's peak).
   a.x_mid = a.xn2 = a.rstd2 = a.gate = a.up = a.h = Tensor{};
 }
@@ -317,10 +316,8 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
     a.attn = dattn = xn1 = Tensor{};
     if (after_attention) after_attention();
     prof.next("rmsnorm");
-    Tensor dx = be_.empty({N, D}, t);
-    be_.rmsnorm_backward(dx, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1);
-    be_.add(dx, dx, d_mid);
-    grad = dx;
+    be_.rmsnorm_backward(d_mid, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
+    grad = std::move(d_mid);
     return;
   }
   a.attn = Tensor{};
@@ -344,10 +341,8 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), xn1, true);
   dq = dk = dv = Tensor{};
   prof.next("rmsnorm");
-  Tensor dx = be_.empty({N, D}, t);
-  be_.rmsnorm_backward(dx, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1);
-  be_.add(dx, dx, d_mid);
-  grad = dx;
+  be_.rmsnorm_backward(d_mid, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
+  grad = std::move(d_mid);
 }
 
 // Final norm, lm_head and cross-entropy in tiles of tokens; the backward of

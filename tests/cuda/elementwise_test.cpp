@@ -1,4 +1,4 @@
-// add, axpy, casts, scale, copy_heads, the float64 reductions and AdamW on the
+// add, axpy, casts, the vectorised and scalar paths of add, SwiGLU and RoPE, scale, copy_heads, the float64 reductions and AdamW on the
 // GPU, against the CPU twins or a float64 host reference.
 #include <gtest/gtest.h>
 
@@ -11,6 +11,8 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/heads.h"
 #include "backend/cuda/reduce.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/swiglu.h"
 #include "cuda/cuda_test_util.h"
 
 namespace ulysses {
@@ -271,6 +273,73 @@ TEST_F(CudaMisc, AdamWMatchesCpuTwin) {
     m = gm;
     v = gv;
   }
+}
+
+// add, SwiGLU and RoPE read 16-byte packs when every pointer is 16-byte aligned and fall back to
+// element-wise loads otherwise; both paths do the same arithmetic per element, so their results
+// are equal bit for bit. The misaligned run starts one element into each buffer; n leaves a tail.
+TYPED_TEST(CudaElementwise, VectorisedPathsEqualScalarPaths) {
+  using T = TypeParam;
+  const int64_t n = 8 * 257 + 5;
+  const auto a = rounded<T>(random_vector_f(n + 1, 7, -6, 6));
+  const auto b = rounded<T>(random_vector_f(n + 1, 8, -2, 2));
+  const auto c = rounded<T>(random_vector_f(n + 1, 9));
+  DeviceBuffer<T> d_a(n + 1), d_b(n + 1), d_c(n + 1), d_y(n + 1), d_z(n + 1);
+  // The inputs' first n values start at element off of each buffer.
+  auto upload_at = [](DeviceBuffer<T>& d, std::vector<float> h, int64_t off) {
+    h.insert(h.begin(), static_cast<size_t>(off), 0.f);
+    h.resize(d.size());
+    upload(d, h);
+  };
+  auto run_both = [&](const char* what, int64_t written, auto&& op) {
+    SCOPED_TRACE(what);
+    std::vector<std::vector<float>> outs;
+    for (int64_t off : {0, 1}) {
+      upload_at(d_a, a, off);
+      upload_at(d_b, b, off);
+      upload_at(d_c, c, off);
+      d_y.poison();
+      d_z.poison();
+      op(off);
+      this->sync();
+      std::vector<float> y = download(d_y), z = download(d_z);
+      y.erase(y.begin(), y.begin() + off);
+      z.erase(z.begin(), z.begin() + off);
+      y.resize(static_cast<size_t>(n));
+      z.resize(static_cast<size_t>(n));
+      y.insert(y.end(), z.begin(), z.end());
+      outs.push_back(y);
+    }
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)));
+    for (size_t i = 0; i < static_cast<size_t>(written); ++i) ASSERT_FALSE(std::isnan(outs[0][i])) << i;
+  };
+  run_both("add", n, [&](int64_t o) { cuda::add(d_y.get() + o, d_a.get() + o, d_b.get() + o, n, this->stream); });
+  run_both("swiglu_forward", n,
+           [&](int64_t o) { cuda::swiglu_forward(d_y.get() + o, d_a.get() + o, d_b.get() + o, 1, n, this->stream); });
+  run_both("swiglu_backward", n, [&](int64_t o) {
+    cuda::swiglu_backward(d_y.get() + o, d_z.get() + o, d_c.get() + o, d_a.get() + o, d_b.get() + o, 1, n,
+                          this->stream);
+  });
+  // RoPE: rows of H heads of d; the vectorised form needs d / 2 a multiple of the pack.
+  const int64_t H = 2, d = 64, N = n / (H * d);
+  std::vector<int32_t> pos(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i * 977 + 3);
+  std::vector<float> inv_freq(d / 2);
+  for (int64_t i = 0; i < d / 2; ++i)
+    inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / d));
+  DeviceBuffer<int32_t> d_pos(N);
+  DeviceBuffer<float> d_freq(d / 2);
+  CUDA_CHECK(cudaMemcpy(d_pos.get(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_freq.get(), inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  for (bool forward : {true, false})
+    run_both(forward ? "rope_forward" : "rope_backward", N * H * d, [&](int64_t o) {
+      CUDA_CHECK(cudaMemcpy(d_y.get() + o, d_a.get() + o, static_cast<size_t>(N * H * d) * sizeof(T),
+                            cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      if (forward) cuda::rope_forward(d_y.get() + o, d_y.get() + o, d_pos.get(), d_freq.get(), N, H, d, this->stream);
+      else cuda::rope_backward(d_y.get() + o, d_y.get() + o, d_pos.get(), d_freq.get(), N, H, d, this->stream);
+    });
 }
 
 }  // namespace

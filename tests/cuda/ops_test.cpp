@@ -168,6 +168,17 @@ TYPED_TEST(CudaOps, RmsnormBackward) {
     const auto dw_alias = download(d_dw);
     EXPECT_CLOSE(dx_alias, ref_dx, Elem<T>::tol);
     EXPECT_CLOSE(dw_alias, ref_dw, kF32Tol);
+
+    // accumulate_dx: dx += the gradient (the residual's gradient already in dx).
+    const auto residual = rounded<T>(random_vector_f(N * D, 24));
+    std::vector<float> ref_acc(N * D);
+    for (int64_t i = 0; i < N * D; ++i) ref_acc[i] = residual[i] + ref_dx[i];
+    upload(d_dy, dy);
+    upload(d_dx, residual);
+    cuda::rmsnorm_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(), d_rstd.get(), N, D,
+                           this->stream, true);
+    this->sync();
+    EXPECT_CLOSE(download(d_dx), ref_acc, Elem<T>::tol);
   }
 }
 

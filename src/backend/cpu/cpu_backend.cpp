@@ -130,11 +130,12 @@ class CpuBackend final : public Backend {
   }
 
   void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                             const Tensor& rstd) override {
+                             const Tensor& rstd, bool accumulate_dx) override {
     const auto [N, D] = rows_cols(x);
     dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);
-      cpu::rmsnorm_backward(ptr<T>(dx), ptr<T>(dw), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), N, D);
+      cpu::rmsnorm_backward(ptr<T>(dx), ptr<T>(dw), ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), N, D,
+                            accumulate_dx);
     });
   }
 

@@ -23,9 +23,11 @@ void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N,
 // y: [N, D] (write); rstd: [N] (write, 1/sqrt(mean(x^2)+eps)); x: [N, D]; w: [D].
 template <class T>
 void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t D, double eps);
-// dx: [N, D] (write); dw: [D] (accumulate); dy, x: [N, D]; w: [D]; rstd: [N] from forward.
+// dx: [N, D] (write, or add to it with accumulate_dx); dw: [D] (accumulate); dy, x: [N, D]; w: [D];
+// rstd: [N] from forward.
 template <class T>
-void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t D);
+void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t D,
+                      bool accumulate_dx = false);
 
 // ---- rotary embedding (Hugging Face "rotate_half" layout) --------------------------
 // For i < d/2 with angle a = float(pos) * inv_freq[i] evaluated in float32 (as

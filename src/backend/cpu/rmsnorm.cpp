@@ -27,7 +27,8 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t D
 }
 
 template <class T>
-void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t D) {
+void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t D,
+                      bool accumulate_dx) {
   // dx_c = r * w_c dy_c - r^3 / D * x_c * sum_k(w_k dy_k x_k)
 #pragma omp parallel for schedule(static) if (N * D >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -39,9 +40,11 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
       dot += static_cast<double>(w[c]) * static_cast<double>(dyr[c]) * static_cast<double>(xr[c]);
     const double k = r * r * r * dot / static_cast<double>(D);
     T* dxr = dx + n * D;
-    for (int64_t c = 0; c < D; ++c)
-      dxr[c] = static_cast<T>(r * static_cast<double>(w[c]) * static_cast<double>(dyr[c]) -
-                              k * static_cast<double>(xr[c]));
+    for (int64_t c = 0; c < D; ++c) {
+      const T g = static_cast<T>(r * static_cast<double>(w[c]) * static_cast<double>(dyr[c]) -
+                                 k * static_cast<double>(xr[c]));
+      dxr[c] = accumulate_dx ? dxr[c] + g : g;
+    }
   }
   // dw_c += sum_n dy_nc x_nc r_n: threads own column blocks so that the sum
   // over rows needs no reduction across threads.
@@ -64,7 +67,7 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
 
 #define ULY_INSTANTIATE(T)                                                                                     \
   template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                     \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);
+  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);
 ULY_INSTANTIATE(float)
 ULY_INSTANTIATE(double)
 #undef ULY_INSTANTIATE

@@ -12,18 +12,58 @@ struct AdamWConsts {
   float decay, beta1, beta2, step_size, bc2_sqrt, eps, grad_scale;
 };
 
+// One element's update: the CPU twin's arithmetic in fp32.
+__device__ __forceinline__ float adamw_update(float& master, float& m, float& v, float grad, const AdamWConsts& c) {
+  const float g = grad * c.grad_scale;
+  float p = master * c.decay;
+  const float mi = c.beta1 * m + (1.0f - c.beta1) * g;
+  const float vi = c.beta2 * v + (1.0f - c.beta2) * g * g;
+  m = mi;
+  v = vi;
+  p -= c.step_size * mi / (sqrtf(vi) / c.bc2_sqrt + c.eps);
+  master = p;
+  return p;
+}
+
 template <class W>
 __global__ void adamw_kernel(float* master, float* m, float* v, W* weight, const float* grad, int64_t n, AdamWConsts c) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = grad[i] * c.grad_scale;
-    float p = master[i] * c.decay;
-    const float mi = c.beta1 * m[i] + (1.0f - c.beta1) * g;
-    const float vi = c.beta2 * v[i] + (1.0f - c.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    p -= c.step_size * mi / (sqrtf(vi) / c.bc2_sqrt + c.eps);
-    master[i] = p;
+    const float p = adamw_update(master[i], m[i], v[i], grad[i], c);
+    if (weight != nullptr) weight[i] = detail::from_f<W>(p);
+  }
+}
+
+// The same over four elements at a time (16-byte loads and stores of the fp32 state; every fp32
+// pointer 16-byte aligned, the weight 4-element aligned), then the tail: the step reads and writes
+// 30 bytes a parameter, so it runs at memory speed only with wide accesses.
+template <class W>
+__global__ void adamw_vec_kernel(float* master, float* m, float* v, W* weight, const float* grad, int64_t n,
+                                 AdamWConsts c) {
+  const int64_t quads = n / 4;
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float4 p = reinterpret_cast<float4*>(master)[q], mq = reinterpret_cast<float4*>(m)[q],
+           vq = reinterpret_cast<float4*>(v)[q];
+    const float4 g = reinterpret_cast<const float4*>(grad)[q];
+    adamw_update(p.x, mq.x, vq.x, g.x, c);
+    adamw_update(p.y, mq.y, vq.y, g.y, c);
+    adamw_update(p.z, mq.z, vq.z, g.z, c);
+    adamw_update(p.w, mq.w, vq.w, g.w, c);
+    reinterpret_cast<float4*>(master)[q] = p;
+    reinterpret_cast<float4*>(m)[q] = mq;
+    reinterpret_cast<float4*>(v)[q] = vq;
+    if (weight != nullptr) {
+      W* w = weight + 4 * q;
+      w[0] = detail::from_f<W>(p.x);
+      w[1] = detail::from_f<W>(p.y);
+      w[2] = detail::from_f<W>(p.z);
+      w[3] = detail::from_f<W>(p.w);
+    }
+  }
+  for (int64_t i = 4 * quads + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float p = adamw_update(master[i], m[i], v[i], grad[i], c);
     if (weight != nullptr) weight[i] = detail::from_f<W>(p);
   }
 }
@@ -47,6 +87,11 @@ void adamw_step(float* master, float* m, float* v, W* weight, const float* grad,
   c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, static_cast<double>(step))));
   c.eps = static_cast<float>(eps);
   c.grad_scale = static_cast<float>(grad_scale);
+  if (detail::aligned16({master, m, v, grad}) && reinterpret_cast<uintptr_t>(weight) % (4 * sizeof(W)) == 0) {
+    adamw_vec_kernel<W><<<detail::grid_for(n / 4 + 1), detail::kThreads, 0, stream>>>(master, m, v, weight, grad, n, c);
+    CUDA_CHECK_LAUNCH("adamw_vec_kernel");
+    return;
+  }
   adamw_kernel<W><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(master, m, v, weight, grad, n, c);
   CUDA_CHECK_LAUNCH("adamw_kernel");
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 namespace ulysses::cuda::detail {
 
@@ -55,6 +56,32 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   __syncthreads();
   float r = lane < nwarps ? scratch[lane] : -INFINITY;
   return warp_max(r);
+}
+
+// 16-byte vectors of T (8 bf16 or 4 floats): the unit of the vectorised kernels' loads and stores.
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
+
+template <class T>
+struct alignas(16) Pack {
+  T v[kVec<T>];
+};
+
+// A grid-stride loop over n elements of T in whole packs, then the tail of n % kVec elements:
+// on_pack(p) for pack p (elements p·kVec ..), on_element(i) for each element of the tail.
+template <class T, class OnPack, class OnElement>
+__device__ __forceinline__ void for_each_pack(int64_t n, OnPack&& on_pack, OnElement&& on_element) {
+  const int64_t packs = n / kVec<T>, stride = static_cast<int64_t>(gridDim.x) * blockDim.x,
+                first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t p = first; p < packs; p += stride) on_pack(p);
+  for (int64_t i = packs * kVec<T> + first; i < n; i += stride) on_element(i);
+}
+
+// True when every pointer is 16-byte aligned: the vectorised kernels may then read and write packs.
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 constexpr int kThreads = 256;

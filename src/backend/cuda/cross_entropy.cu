@@ -8,6 +8,8 @@ namespace {
 
 using detail::from_f;
 using detail::to_f;
+using detail::kVec;
+using detail::Pack;
 
 constexpr int kIgnore = -100;
 
@@ -54,6 +56,62 @@ __global__ void cross_entropy_kernel(T* dlogits, float* losses, const T* logits,
   }
 }
 
+// The vectorised form, for rows that split into 16-byte packs (V a multiple of kVec, 16-byte
+// aligned buffers): each thread folds a whole pack into its running max and sum at once (one
+// rescale per pack), then writes the gradient a pack at a time. Same aliasing rule as above.
+template <class T>
+__global__ void cross_entropy_vec_kernel(T* dlogits, float* losses, const T* logits, const int32_t* targets, int64_t V,
+                                         float grad_scale) {
+  using P = Pack<T>;
+  constexpr int W = kVec<T>;
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, packs = V / W;
+  const int32_t t = targets[row];
+  const P* x = reinterpret_cast<const P*>(logits + row * V);
+  P* dx = reinterpret_cast<P*>(dlogits + row * V);
+  if (t == kIgnore || t < 0 || t >= V) {  // ignored: zeros; out of range (the caller validates): NaN, loudly
+    const float fill = t == kIgnore ? 0.f : NAN;
+    P f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) f.v[k] = from_f<T>(fill);
+    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) dx[j] = f;
+    if (threadIdx.x == 0) losses[row] = fill;
+    return;
+  }
+  const float x_target = threadIdx.x == 0 ? to_f(logits[row * V + t]) : 0.f;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+    const P p = x[j];
+    float v[W], pm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      v[k] = to_f(p.v[k]);
+      pm = fmaxf(pm, v[k]);
+    }
+    if (pm == -INFINITY) continue;  // a pack of -inf adds nothing
+    const float nm = fmaxf(m, pm);
+    float add = 0.f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) add += expf(v[k] - nm);
+    s = (m == -INFINITY ? 0.f : s * expf(m - nm)) + add;
+    m = nm;
+  }
+  const float M = detail::block_max(m, scratch);
+  const float S = detail::block_sum(m == -INFINITY ? 0.f : s * expf(m - M), scratch);
+  if (threadIdx.x == 0) losses[row] = logf(S) + M - x_target;
+  const float inv_s = 1.f / S;
+  for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+    const P p = x[j];
+    P out;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float q = expf(to_f(p.v[k]) - M) * inv_s;
+      out.v[k] = from_f<T>((q - (j * W + k == t ? 1.f : 0.f)) * grad_scale);
+    }
+    dx[j] = out;
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -63,6 +121,13 @@ void cross_entropy_forward_backward(T* dlogits, float* losses, const T* logits, 
   ULY_CHECK(V > 0 || N == 0, "cross_entropy_forward_backward: vocabulary size V must be positive, got " << V);
   if (N == 0) return;
   const int threads = V >= 1024 ? 1024 : detail::row_threads(V);
+  if (V % kVec<T> == 0 && detail::aligned16({dlogits, logits})) {
+    const int vthreads = V / kVec<T> >= 1024 ? 1024 : detail::row_threads(V / kVec<T>);
+    cross_entropy_vec_kernel<T><<<static_cast<unsigned>(N), vthreads, 0, stream>>>(
+        dlogits, losses, logits, targets, V, static_cast<float>(grad_scale));
+    CUDA_CHECK_LAUNCH("cross_entropy_vec_kernel");
+    return;
+  }
   cross_entropy_kernel<T><<<static_cast<unsigned>(N), threads, 0, stream>>>(dlogits, losses, logits, targets, V,
                                                                            static_cast<float>(grad_scale));
   CUDA_CHECK_LAUNCH("cross_entropy_kernel");

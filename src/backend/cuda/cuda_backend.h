@@ -71,7 +71,7 @@ class CudaBackend : public Backend {
   void embedding_backward_impl(Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
   void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
   void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                             const Tensor& rstd) override;
+                             const Tensor& rstd, bool accumulate_dx) override;
   void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override;
   void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
   // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the

@@ -83,11 +83,11 @@ void CudaBackend::rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x,
 }
 
 void CudaBackend::rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                                        const Tensor& rstd) {
+                                        const Tensor& rstd, bool accumulate_dx) {
   const int64_t D = x.dim(-1), N = D == 0 ? 0 : x.numel() / D;
   dispatch_act(x.dtype(), "rmsnorm_backward", [&]<class T>() {
     cuda::rmsnorm_backward(ptr<T>(dx), ptr<float>(dw), ptr<const T>(dy), ptr<const T>(x), ptr<const T>(w),
-                           ptr<const float>(rstd), N, D, stream_);
+                           ptr<const float>(rstd), N, D, stream_, accumulate_dx);
   });
 }
 

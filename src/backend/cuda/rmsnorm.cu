@@ -12,6 +12,8 @@ namespace {
 
 using detail::from_f;
 using detail::to_f;
+using detail::kVec;
+using detail::Pack;
 
 // One block per row; each thread reads and writes the same indices in both
 // passes, so y may alias x.
@@ -34,7 +36,8 @@ __global__ void rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* w
 
 // dx_i = r * (w_i dy_i - x_i * r^2 * mean_j(w_j dy_j x_j)). One block per row.
 template <class T>
-__global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd, int64_t D) {
+__global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd, int64_t D,
+                                           bool accumulate) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* dyr = dy + row * D;
@@ -45,8 +48,10 @@ __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dot += to_f(w[j]) * to_f(dyr[j]) * to_f(xr[j]);
   dot = detail::block_sum(dot, scratch);
   const float c = dot * r * r / static_cast<float>(D);
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-    dxr[j] = from_f<T>(r * (to_f(w[j]) * to_f(dyr[j]) - to_f(xr[j]) * c));
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+    const float g = r * (to_f(w[j]) * to_f(dyr[j]) - to_f(xr[j]) * c);
+    dxr[j] = from_f<T>(accumulate ? to_f(dxr[j]) + g : g);
+  }
 }
 
 constexpr int kDwCols = 32, kDwRows = 8;
@@ -76,14 +81,6 @@ __global__ void rmsnorm_backward_dw_kernel(float* dw, const T* dy, const T* x, c
 // The vectorised forms, used when rows split into 16-byte vectors (D a multiple of 8 in bf16, 4
 // in fp32, 16-byte-aligned rows): each thread holds C vectors of a row in registers, so x is read
 // once (the scalar kernels above read it twice), with 16-byte loads.
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-template <class T>
-struct alignas(16) Pack {
-  T v[kVec<T>];
-};
-
 // One block per row.
 template <class T, int C>
 __global__ void rmsnorm_forward_vec_kernel(T* y, float* rstd, const T* x, const T* w, int64_t D, float eps) {
@@ -128,7 +125,7 @@ __global__ void rmsnorm_forward_vec_kernel(T* y, float* rstd, const T* x, const 
 // them into dw once at the end. Each row is read whole before its dx is written, so dx may alias dy.
 template <class T, int C>
 __global__ void rmsnorm_backward_vec_kernel(T* dx, float* dw, const T* dy, const T* x, const T* w,
-                                            const float* rstd, int64_t N, int64_t D) {
+                                            const float* rstd, int64_t N, int64_t D, bool accumulate) {
   constexpr int V = kVec<T>;
   __shared__ float scratch[32];
   const int64_t nvec = D / V;
@@ -167,10 +164,12 @@ __global__ void rmsnorm_backward_vec_kernel(T* dx, float* dw, const T* dy, const
     for (int c = 0; c < C; ++c) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
       if (i < nvec) {
-        Pack<T> out;
+        Pack<T> out{};
+        if (accumulate) out = dxr[i];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          out.v[k] = from_f<T>(r * (wv[c][k] * g[c][k] - xv[c][k] * coef));
+          const float grad = r * (wv[c][k] * g[c][k] - xv[c][k] * coef);
+          out.v[k] = from_f<T>(accumulate ? to_f(out.v[k]) + grad : grad);
           acc[c][k] += g[c][k] * xv[c][k] * r;
         }
         dxr[i] = out;
@@ -195,9 +194,7 @@ struct VecShape {
 template <class T>
 VecShape vec_shape(int64_t D, std::initializer_list<const void*> rows) {
   VecShape s;
-  if (D % kVec<T> != 0) return s;
-  for (const void* p : rows)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return s;
+  if (D % kVec<T> != 0 || !detail::aligned16(rows)) return s;
   const int64_t nvec = D / kVec<T>;
   s.threads = static_cast<int>(std::min<int64_t>(256, (nvec + 31) / 32 * 32));
   const int64_t need = (nvec + s.threads - 1) / s.threads;
@@ -245,7 +242,7 @@ void rmsnorm_forward(T* y, float* rstd, const T* x, const T* w, int64_t N, int64
 
 template <class T>
 void rmsnorm_backward(T* dx, float* dw, const T* dy, const T* x, const T* w, const float* rstd, int64_t N, int64_t D,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, bool accumulate_dx) {
   detail::check_rows(N, "rmsnorm_backward");
   ULY_CHECK(D > 0 || N == 0, "rmsnorm_backward: D must be positive, got " << D);
   if (N == 0) return;
@@ -254,7 +251,8 @@ void rmsnorm_backward(T* dx, float* dw, const T* dy, const T* x, const T* w, con
     // Enough blocks to fill the GPU several times over; each adds its dw partials once.
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(N, 1024));
     with_per_thread(vs.per_thread, [&]<int C>() {
-      rmsnorm_backward_vec_kernel<T, C><<<blocks, vs.threads, 0, stream>>>(dx, dw, dy, x, w, rstd, N, D);
+      rmsnorm_backward_vec_kernel<T, C><<<blocks, vs.threads, 0, stream>>>(dx, dw, dy, x, w, rstd, N, D,
+                                                                          accumulate_dx);
     });
     CUDA_CHECK_LAUNCH("rmsnorm_backward_vec_kernel");
     return;
@@ -271,7 +269,7 @@ void rmsnorm_backward(T* dx, float* dw, const T* dy, const T* x, const T* w, con
   rmsnorm_backward_dw_kernel<T><<<grid, dim3(kDwCols, kDwRows), 0, stream>>>(dw, dy, x, rstd, N, D, rows_per_chunk);
   CUDA_CHECK_LAUNCH("rmsnorm_backward_dw_kernel");
   rmsnorm_backward_dx_kernel<T><<<static_cast<unsigned>(N), detail::row_threads(D), 0, stream>>>(dx, dy, x, w, rstd,
-                                                                                                D);
+                                                                                                D, accumulate_dx);
   CUDA_CHECK_LAUNCH("rmsnorm_backward_dx_kernel");
 }
 
@@ -280,8 +278,9 @@ template void rmsnorm_forward<float>(float*, float*, const float*, const float*,
 template void rmsnorm_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
                                              int64_t, int64_t, double, cudaStream_t);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int64_t,
-                                      int64_t, cudaStream_t);
+                                      int64_t, cudaStream_t, bool);
 template void rmsnorm_backward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                              const __nv_bfloat16*, const float*, int64_t, int64_t, cudaStream_t);
+                                              const __nv_bfloat16*, const float*, int64_t, int64_t, cudaStream_t,
+                                              bool);
 
 }  // namespace ulysses::cuda

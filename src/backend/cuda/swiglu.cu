@@ -8,32 +8,85 @@ namespace {
 
 using detail::from_f;
 using detail::to_f;
+using detail::kVec;
+using detail::Pack;
+
+#define ULY_GRID_STRIDE(i, n)                                                            \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// h = silu(g) u, silu(g) = g sig(g).
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  return g * sig * u;
+}
+
+// dgate and dup of h from dh = d, with d silu(g)/dg = sig (1 + g (1 - sig)).
+__device__ __forceinline__ void swiglu_grads(float d, float g, float u, float& dg, float& du) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  dg = d * u * sig * (1.0f + g * (1.0f - sig));
+  du = d * (g * sig);
+}
 
 template <class T>
 __global__ void swiglu_forward_kernel(T* h, const T* gate, const T* up, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = to_f(gate[i]);
-    const float u = to_f(up[i]);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    h[i] = from_f<T>(g * sig * u);
+  ULY_GRID_STRIDE(i, n) h[i] = from_f<T>(swiglu_value(to_f(gate[i]), to_f(up[i])));
+}
+
+template <class T>
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dh, const T* gate, const T* up, int64_t n) {
+  ULY_GRID_STRIDE(i, n) {
+    float a, b;
+    swiglu_grads(to_f(dh[i]), to_f(gate[i]), to_f(up[i]), a, b);
+    dgate[i] = from_f<T>(a);
+    dup[i] = from_f<T>(b);
   }
 }
 
-// d silu(g)/dg = sig * (1 + g * (1 - sig)).
+// The vectorised forms over 16-byte packs (every pointer 16-byte aligned), then the tail.
 template <class T>
-__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dh, const T* gate, const T* up, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = to_f(gate[i]);
-    const float u = to_f(up[i]);
-    const float d = to_f(dh[i]);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    const float silu = g * sig;
-    dgate[i] = from_f<T>(d * u * sig * (1.0f + g * (1.0f - sig)));
-    dup[i] = from_f<T>(d * silu);
-  }
+__global__ void swiglu_forward_vec_kernel(T* h, const T* gate, const T* up, int64_t n) {
+  using P = Pack<T>;
+  detail::for_each_pack<T>(
+      n,
+      [&](int64_t p) {
+        const P g = reinterpret_cast<const P*>(gate)[p], u = reinterpret_cast<const P*>(up)[p];
+        P out;
+#pragma unroll
+        for (int k = 0; k < kVec<T>; ++k) out.v[k] = from_f<T>(swiglu_value(to_f(g.v[k]), to_f(u.v[k])));
+        reinterpret_cast<P*>(h)[p] = out;
+      },
+      [&](int64_t i) { h[i] = from_f<T>(swiglu_value(to_f(gate[i]), to_f(up[i]))); });
 }
+
+template <class T>
+__global__ void swiglu_backward_vec_kernel(T* dgate, T* dup, const T* dh, const T* gate, const T* up, int64_t n) {
+  using P = Pack<T>;
+  detail::for_each_pack<T>(
+      n,
+      [&](int64_t p) {
+        const P g = reinterpret_cast<const P*>(gate)[p], u = reinterpret_cast<const P*>(up)[p],
+                d = reinterpret_cast<const P*>(dh)[p];
+        P dg, du;
+#pragma unroll
+        for (int k = 0; k < kVec<T>; ++k) {
+          float a, b;
+          swiglu_grads(to_f(d.v[k]), to_f(g.v[k]), to_f(u.v[k]), a, b);
+          dg.v[k] = from_f<T>(a);
+          du.v[k] = from_f<T>(b);
+        }
+        reinterpret_cast<P*>(dgate)[p] = dg;
+        reinterpret_cast<P*>(dup)[p] = du;
+      },
+      [&](int64_t i) {
+        float a, b;
+        swiglu_grads(to_f(dh[i]), to_f(gate[i]), to_f(up[i]), a, b);
+        dgate[i] = from_f<T>(a);
+        dup[i] = from_f<T>(b);
+      });
+}
+
+#undef ULY_GRID_STRIDE
 
 }  // namespace
 
@@ -42,6 +95,11 @@ void swiglu_forward(T* h, const T* gate, const T* up, int64_t N, int64_t F, cuda
   ULY_CHECK(N >= 0 && F >= 0, "swiglu_forward: negative size N=" << N << " F=" << F);
   const int64_t n = N * F;
   if (n == 0) return;
+  if (detail::aligned16({h, gate, up})) {
+    swiglu_forward_vec_kernel<T><<<detail::grid_for(n / kVec<T> + 1), detail::kThreads, 0, stream>>>(h, gate, up, n);
+    CUDA_CHECK_LAUNCH("swiglu_forward_vec_kernel");
+    return;
+  }
   swiglu_forward_kernel<T><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(h, gate, up, n);
   CUDA_CHECK_LAUNCH("swiglu_forward_kernel");
 }
@@ -52,6 +110,12 @@ void swiglu_backward(T* dgate, T* dup, const T* dh, const T* gate, const T* up, 
   ULY_CHECK(N >= 0 && F >= 0, "swiglu_backward: negative size N=" << N << " F=" << F);
   const int64_t n = N * F;
   if (n == 0) return;
+  if (detail::aligned16({dgate, dup, dh, gate, up})) {
+    swiglu_backward_vec_kernel<T><<<detail::grid_for(n / kVec<T> + 1), detail::kThreads, 0, stream>>>(dgate, dup, dh,
+                                                                                                   gate, up, n);
+    CUDA_CHECK_LAUNCH("swiglu_backward_vec_kernel");
+    return;
+  }
   swiglu_backward_kernel<T><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(dgate, dup, dh, gate, up, n);
   CUDA_CHECK_LAUNCH("swiglu_backward_kernel");
 }
