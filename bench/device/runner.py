@@ -35,6 +35,7 @@ are noisy, so the default is to report). --record writes $OUT/baseline.json with
 for the cases that passed, for a human to review and commit.
 """
 import argparse
+import atexit
 import datetime
 import importlib.util
 import json
@@ -160,9 +161,13 @@ def setup_environment():
     os.environ.setdefault("OMP_NUM_THREADS", "4")
     libs = []
     packed = os.path.join(REPO, ".carry", "build.tar.xz")  # the binaries, compressed by pack.sh
-    if os.path.isfile(packed) and not os.path.isdir(os.path.join(REPO, ".carry", "build")):
+    unpacked = os.path.join(REPO, ".carry", "build")
+    if os.path.isfile(packed) and not os.path.isdir(unpacked):
         with tarfile.open(packed) as t:
             t.extractall(os.path.join(REPO, ".carry"), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        # The device tool copies the carried paths back to the development machine, where the
+        # unpacked 50+ MB would push the next call's tree over its 64 MiB limit: remove them at exit.
+        atexit.register(shutil.rmtree, unpacked, True)
     carried = os.path.join(REPO, ".carry", "libs.tar.xz")  # shared libraries the GPU machine lacks (pack.sh)
     if os.path.isfile(carried):
         with tarfile.open(carried) as t:
