@@ -25,13 +25,19 @@ inline const std::string& work_dir() {
   return dir;
 }
 
-// Writes bytes to work_dir()/name (replacing it) and returns the path.
-inline std::string write_input(const std::string& name, const uint8_t* data, size_t size) {
-  const std::string path = work_dir() + "/" + name;
+// Writes bytes to path (replacing it). Plain stdio: std::filesystem::copy_file was seen to
+// fail with EINTR under libFuzzer's signals on a loaded machine, a harness fault, not a finding.
+inline void write_file(const std::string& path, const uint8_t* data, size_t size) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
   std::fclose(f);
+}
+
+// Writes bytes to work_dir()/name (replacing it) and returns the path.
+inline std::string write_input(const std::string& name, const uint8_t* data, size_t size) {
+  const std::string path = work_dir() + "/" + name;
+  write_file(path, data, size);
   return path;
 }
 
