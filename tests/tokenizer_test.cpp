@@ -263,6 +263,14 @@ TEST(Tokenizer, Errors) {
   bad["model"]["merges"].push_back("Ġt nosuchtoken");
   EXPECT_NE(error_for(bad.dump()).find("not in model.vocab"), std::string::npos);
   bad = good;
+  bad["model"]["vocab"]["Ġhuge"] = 50000000;  // would size the id tables by it
+  m = error_for(bad.dump());
+  EXPECT_NE(m.find("model.vocab['Ġhuge'] must be an integer id in [0, 4194303], got 50000000"), std::string::npos) << m;
+  bad = good;
+  bad["added_tokens"].push_back({{"id", 50000000}, {"content", "<huge>"}});
+  m = error_for(bad.dump());
+  EXPECT_NE(m.find("'<huge>' has id 50000000, outside [0, 4194303]"), std::string::npos) << m;
+  bad = good;
   bad["post_processor"] = {{"type", "Mystery"}};
   EXPECT_NE(error_for(bad.dump()).find("post_processor 'Mystery'"), std::string::npos);
 }

@@ -76,6 +76,10 @@ inline constexpr IntRange kHeads{1, 1 << 12, "attention heads"};
 inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
 // Token ids are int32.
 inline constexpr IntRange kVocab{1, std::numeric_limits<int32_t>::max(), "vocab_size"};
+// A tokenizer.json's token ids: 2^22 (16× the largest vocabulary in use, Gemma's 262K). The id ->
+// token tables are sized by the largest id, so an unchecked id in a hostile file could ask for
+// gigabytes (found by tokenizer_fuzz).
+inline constexpr int64_t kMaxTokenizerId = (int64_t{1} << 22) - 1;
 inline constexpr IntRange kPositions{1, int64_t{1} << 31, "max_position_embeddings"};
 // Parameters of the whole model: 2^42 (4.4 trillion).
 inline constexpr int64_t kMaxParameters = int64_t{1} << 42;

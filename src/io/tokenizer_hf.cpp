@@ -16,11 +16,6 @@
 
 namespace ulysses {
 
-// A tokenizer.json's token ids: at most 2^22 - 1 (16× the largest vocabulary in use, Gemma's
-// 262K). The id -> token tables are sized by the largest id, so an unchecked id in a hostile
-// file could ask for gigabytes (found by tokenizer_fuzz).
-constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -97,9 +92,9 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
                     t["content"].is_string(),
                 where << " " << t.dump() << " needs an integer 'id' and a string 'content'");
       AddedToken a;
-      ULY_CHECK(t["id"].get<int64_t>() >= 0 && t["id"].get<int64_t>() <= kMaxTokenId,
+      ULY_CHECK(t["id"].get<int64_t>() >= 0 && t["id"].get<int64_t>() <= limits::kMaxTokenizerId,
                 where << " '" << t["content"].get<std::string>() << "' has id " << t["id"].dump()
-                      << ", outside [0, " << kMaxTokenId << "] (the supported token ids)");
+                      << ", outside [0, " << limits::kMaxTokenizerId << "] (the supported token ids)");
       a.id = t["id"].get<int32_t>();
       a.content = t["content"].get<std::string>();
       a.special = tok::json_bool(t, "special", false, where);
@@ -160,8 +155,8 @@ void HfBpeTokenizer::load_model(const json& m) {
 
   std::unordered_map<std::string, int32_t> raw_vocab;
   for (const auto& [spelled, v] : m["vocab"].items()) {
-    ULY_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxTokenId,
-              path_ << ": model.vocab['" << spelled << "'] must be an integer id in [0, " << kMaxTokenId
+    ULY_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= limits::kMaxTokenizerId,
+              path_ << ": model.vocab['" << spelled << "'] must be an integer id in [0, " << limits::kMaxTokenizerId
                     << "], got " << v.dump());
     const auto id = v.get<int32_t>();
     spelled_vocab_.emplace(spelled, id);

@@ -1,5 +1,6 @@
-// add, axpy, casts, the vectorised and scalar paths of add, SwiGLU and RoPE, scale, copy_heads, the float64 reductions and AdamW on the
-// GPU, against the CPU twins or a float64 host reference.
+// add, axpy, casts, scale, copy_heads, the float64 reductions and AdamW on the GPU, against the
+// CPU twins or a float64 host reference; and the vectorised paths of add, SwiGLU and RoPE against
+// their scalar paths.
 #include <gtest/gtest.h>
 
 #include <cmath>

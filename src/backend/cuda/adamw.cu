@@ -27,8 +27,7 @@ __device__ __forceinline__ float adamw_update(float& master, float& m, float& v,
 
 template <class W>
 __global__ void adamw_kernel(float* master, float* m, float* v, W* weight, const float* grad, int64_t n, AdamWConsts c) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  ULY_GRID_STRIDE(i, n) {
     const float p = adamw_update(master[i], m[i], v[i], grad[i], c);
     if (weight != nullptr) weight[i] = detail::from_f<W>(p);
   }
@@ -40,32 +39,31 @@ __global__ void adamw_kernel(float* master, float* m, float* v, W* weight, const
 template <class W>
 __global__ void adamw_vec_kernel(float* master, float* m, float* v, W* weight, const float* grad, int64_t n,
                                  AdamWConsts c) {
-  const int64_t quads = n / 4;
-  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
-       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float4 p = reinterpret_cast<float4*>(master)[q], mq = reinterpret_cast<float4*>(m)[q],
-           vq = reinterpret_cast<float4*>(v)[q];
-    const float4 g = reinterpret_cast<const float4*>(grad)[q];
-    adamw_update(p.x, mq.x, vq.x, g.x, c);
-    adamw_update(p.y, mq.y, vq.y, g.y, c);
-    adamw_update(p.z, mq.z, vq.z, g.z, c);
-    adamw_update(p.w, mq.w, vq.w, g.w, c);
-    reinterpret_cast<float4*>(master)[q] = p;
-    reinterpret_cast<float4*>(m)[q] = mq;
-    reinterpret_cast<float4*>(v)[q] = vq;
-    if (weight != nullptr) {
-      W* w = weight + 4 * q;
-      w[0] = detail::from_f<W>(p.x);
-      w[1] = detail::from_f<W>(p.y);
-      w[2] = detail::from_f<W>(p.z);
-      w[3] = detail::from_f<W>(p.w);
-    }
-  }
-  for (int64_t i = 4 * quads + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float p = adamw_update(master[i], m[i], v[i], grad[i], c);
-    if (weight != nullptr) weight[i] = detail::from_f<W>(p);
-  }
+  detail::for_each_pack<float>(
+      n,
+      [&](int64_t q) {
+        float4 p = reinterpret_cast<float4*>(master)[q], mq = reinterpret_cast<float4*>(m)[q],
+               vq = reinterpret_cast<float4*>(v)[q];
+        const float4 g = reinterpret_cast<const float4*>(grad)[q];
+        adamw_update(p.x, mq.x, vq.x, g.x, c);
+        adamw_update(p.y, mq.y, vq.y, g.y, c);
+        adamw_update(p.z, mq.z, vq.z, g.z, c);
+        adamw_update(p.w, mq.w, vq.w, g.w, c);
+        reinterpret_cast<float4*>(master)[q] = p;
+        reinterpret_cast<float4*>(m)[q] = mq;
+        reinterpret_cast<float4*>(v)[q] = vq;
+        if (weight != nullptr) {
+          W* w = weight + 4 * q;
+          w[0] = detail::from_f<W>(p.x);
+          w[1] = detail::from_f<W>(p.y);
+          w[2] = detail::from_f<W>(p.z);
+          w[3] = detail::from_f<W>(p.w);
+        }
+      },
+      [&](int64_t i) {
+        const float p = adamw_update(master[i], m[i], v[i], grad[i], c);
+        if (weight != nullptr) weight[i] = detail::from_f<W>(p);
+      });
 }
 
 }  // namespace

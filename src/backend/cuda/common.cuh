@@ -58,6 +58,11 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(r);
 }
 
+// for (i = this thread's first index; i < n; i += the grid's threads): the element-wise kernels' loop.
+#define ULY_GRID_STRIDE(i, n)                                                            \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
 // 16-byte vectors of T (8 bf16 or 4 floats): the unit of the vectorised kernels' loads and stores.
 template <class T>
 constexpr int kVec = 16 / sizeof(T);

@@ -11,10 +11,6 @@ using detail::to_f;
 using detail::kVec;
 using detail::Pack;
 
-#define ULY_GRID_STRIDE(i, n)                                                                      \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
 template <class T>
 __global__ void add_kernel(T* y, const T* a, const T* b, int64_t n) {
   ULY_GRID_STRIDE(i, n) y[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
@@ -51,8 +47,6 @@ template <class T>
 __global__ void scale_kernel(T* x, float alpha, int64_t n) {
   ULY_GRID_STRIDE(i, n) x[i] = from_f<T>(to_f(x[i]) * alpha);
 }
-
-#undef ULY_GRID_STRIDE
 
 }  // namespace
 

@@ -11,10 +11,6 @@ using detail::to_f;
 using detail::kVec;
 using detail::Pack;
 
-#define ULY_GRID_STRIDE(i, n)                                                            \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
 // h = silu(g) u, silu(g) = g sig(g).
 __device__ __forceinline__ float swiglu_value(float g, float u) {
   const float sig = 1.0f / (1.0f + expf(-g));
@@ -85,8 +81,6 @@ __global__ void swiglu_backward_vec_kernel(T* dgate, T* dup, const T* dh, const 
         dup[i] = from_f<T>(b);
       });
 }
-
-#undef ULY_GRID_STRIDE
 
 }  // namespace
 
