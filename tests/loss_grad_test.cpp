@@ -1,8 +1,11 @@
 // The CPU engine against the float64 Hugging Face reference on every committed
-// fixture (foundation issue: loss rel ≤ 1e-5, every gradient rel ≤ 1e-4).
+// fixture (foundation issue: loss rel ≤ 1e-5, every gradient rel ≤ 1e-4), and the
+// per-layer hook of the backward.
 #include <gtest/gtest.h>
 
 #include "fixture_check.h"
+#include "io/model_folder.h"
+#include "test_util.h"
 
 namespace ulysses::test {
 namespace {
@@ -17,6 +20,41 @@ TEST(LossGrad, MatchesHuggingFaceFloat64) {
     EXPECT_LE(r.loss_rel, 1e-5) << "loss " << r.loss << " vs reference " << r.ref_loss;
     EXPECT_LE(r.worst_grad_rel, 1e-4) << "worst gradient " << r.worst_grad;
     EXPECT_GT(r.compared, 0);
+  }
+}
+
+// The hook that lets the step reduce a layer's gradients during the backward runs once per
+// layer, in reverse order, when the layer's gradients are final: nothing later changes them.
+TEST(LossGrad, LayerGradsDoneHookSeesFinalGradients) {
+  const std::string dir = fixtures_dir() + "/gqa";
+  ModelFolder folder = ModelFolder::open(dir + "/model");
+  const ModelConfig& c = folder.config();
+  TokenBatch batch = load_batch_file(dir + "/batch.safetensors", c.vocab_size);
+  auto backend = make_cpu_backend();
+  auto self = make_self_communicator();
+  LlamaWeights weights(c);
+  weights.load(folder, *backend);
+  LlamaModel model(weights, *backend, *self);
+  std::vector<int64_t> order;
+  std::vector<std::vector<Tensor>> at_hook;
+  model.forward_backward(shard_sequence(batch, 0, *self), 1.0, [&](int64_t l) {
+    order.push_back(l);
+    std::vector<Tensor> copies;
+    for (Parameter* p : weights.layer(l).all()) {
+      copies.push_back(backend->empty(p->grad.shape(), p->grad.dtype()));
+      backend->copy(copies.back(), p->grad);
+    }
+    at_hook.push_back(std::move(copies));
+  });
+  ASSERT_EQ(static_cast<int64_t>(order.size()), c.num_hidden_layers);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int64_t l = order[i];
+    EXPECT_EQ(l, c.num_hidden_layers - 1 - static_cast<int64_t>(i));
+    const auto params = weights.layer(l).all();
+    for (size_t j = 0; j < params.size(); ++j) {
+      EXPECT_EQ(rel_error(at_hook[i][j], params[j]->grad), 0.0) << params[j]->name << " changed after its hook";
+      EXPECT_GT(backend->sum_squares(at_hook[i][j]), 0.0) << params[j]->name << " had no gradient at its hook";
+    }
   }
 }
 

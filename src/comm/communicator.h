@@ -6,12 +6,29 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
 namespace ulysses {
 
 enum class ReduceOp { Sum, Max };
+
+// A communication in flight, returned by a *_async call. Until wait() returns, the
+// call's send buffer must not change and its receive buffer must not be read. What
+// wait() means depends on the communicator (see Communicator::all_reduce_async).
+// wait() may be called more than once; a request destroyed unwaited waits first.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+using CommHandle = std::unique_ptr<CommRequest>;
+
+// A request that is already complete (what a blocking call returns as a handle).
+CommHandle completed_request();
+// Waits for every handle in order and clears the list.
+void wait_all(std::vector<CommHandle>& handles);
 
 class Communicator {
  public:
@@ -42,6 +59,17 @@ class Communicator {
   // send and recv must not overlap; dest or source may be this rank.
   virtual void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                         DType dtype, int tag) = 0;
+
+  // Asynchronous forms of all_reduce and sendrecv, with the same arguments. Every rank
+  // issues the calls of one group in the same order, blocking and asynchronous alike.
+  //  - Host buffers (MPI): the call starts the transfer; wait() returns once it is complete.
+  //  - Device buffers (NCCL with a compute stream): the transfer is queued after the work
+  //    already on the compute stream and runs beside later work there; the call and wait()
+  //    return at once, and work queued on the compute stream after wait() sees the result.
+  // The defaults run the blocking call and return a completed request.
+  virtual CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  virtual CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
+                                    int source, DType dtype, int tag);
   virtual void barrier() = 0;
   // Ranks with the same color form a new group, ordered by key (then by old rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

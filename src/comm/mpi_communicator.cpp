@@ -14,6 +14,10 @@
 //    there are multiples of tokens × heads × head_dim).
 // The decision to split depends only on arguments that a collective requires to
 // be equal on every rank (count, dtype), so all ranks take the same path.
+//
+// Asynchronous calls: all_reduce_async is MPI_Iallreduce per slice; sendrecv_async
+// posts MPI_Irecv then MPI_Isend per slice (the blocking sendrecv waits on it). The
+// request's wait() is MPI_Waitall plus the check of each receive's element count.
 #include "comm/mpi_communicator.h"
 
 #include <algorithm>
@@ -132,6 +136,56 @@ size_t pick_unit(const std::vector<size_t>& values, size_t limit) {
     if (g % d == 0) return d;
   return 0;
 }
+
+// Non-blocking MPI calls in flight. wait() completes them all and checks that each
+// receive got the element count it expected (a mismatch means the ranks disagree).
+class MpiRequest final : public CommRequest {
+ public:
+  // capacity: the most calls this request will hold (add() hands out pointers into one array).
+  MpiRequest(std::string what, size_t capacity) : what_(std::move(what)) {
+    requests_.reserve(capacity);
+    types_.reserve(capacity);
+    expected_.reserve(capacity);
+  }
+  ~MpiRequest() override {
+    try {
+      wait();
+    } catch (const std::exception&) {
+      // A destructor cannot throw; a failure here follows another one already on its way up.
+    }
+  }
+  // The slot for one more call's request; expect: the elements a receive must bring
+  // (SIZE_MAX for sends and collectives: nothing to check).
+  MPI_Request* add(MPI_Datatype type, size_t expect = SIZE_MAX) {
+    ULY_CHECK(requests_.size() < requests_.capacity(), what_ << ": more MPI calls than reserved");
+    requests_.push_back(MPI_REQUEST_NULL);
+    types_.push_back(type);
+    expected_.push_back(expect);
+    return &requests_.back();
+  }
+  void wait() override {
+    if (requests_.empty()) return;
+    std::vector<MPI_Status> st(requests_.size());
+    const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), st.data());
+    const std::vector<MPI_Datatype> types = std::move(types_);
+    const std::vector<size_t> expected = std::move(expected_);
+    requests_.clear();
+    ULY_MPI_CHECK(rc, "MPI_Waitall(" << what_ << ")");
+    for (size_t i = 0; i < st.size(); ++i) {
+      if (expected[i] == SIZE_MAX) continue;
+      int got = 0;
+      ULY_MPI_CHECK(MPI_Get_count(&st[i], types[i], &got), "MPI_Get_count");
+      ULY_CHECK(static_cast<size_t>(got) == expected[i], what_ << " expected " << expected[i] << " elements but got "
+                                                               << got << ": the ranks disagree on the size");
+    }
+  }
+
+ private:
+  std::string what_;
+  std::vector<MPI_Request> requests_;
+  std::vector<MPI_Datatype> types_;
+  std::vector<size_t> expected_;
+};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -328,28 +382,54 @@ class MpiCommunicator final : public Communicator {
 
   void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                 DType dtype, int tag) override {
+    sendrecv_async(send, send_count, dest, recv, recv_count, source, dtype, tag)->wait();
+  }
+
+  CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    const MPI_Datatype T = reducible_type(dtype, "all_reduce");
+    const size_t es = dtype_size(dtype);
+    const bool in_place = send == recv;
+    if (!in_place) check_disjoint("all_reduce", send, count * es, recv, count * es);
+    auto request = std::make_unique<MpiRequest>(
+        "MPI_Iallreduce(" + std::to_string(count) + " " + dtype_name(dtype) + ", " + std::to_string(size_) + " ranks)",
+        (count + g_max_count - 1) / g_max_count);
+    for (size_t off = 0; off < count; off += g_max_count) {
+      const size_t c = std::min(g_max_count, count - off);
+      ULY_MPI_CHECK(MPI_Iallreduce(in_place ? MPI_IN_PLACE : cptr(send, off * es), ptr(recv, off * es),
+                                   static_cast<int>(c), T, mpi_op(op), comm_, request->add(T)),
+                    "MPI_Iallreduce(" << op_name(op) << ", " << c << " " << dtype_name(dtype) << ", " << size_
+                                      << " ranks)");
+    }
+    return request;
+  }
+
+  CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                            DType dtype, int tag) override {
     check_peer("sendrecv to", dest, tag);
     check_peer("sendrecv from", source, tag);
     const size_t es = dtype_size(dtype);
     check_disjoint("sendrecv", send, send_count * es, recv, recv_count * es);
-    // Slices in order, as send/recv do; a side that has run out sends or receives 0 elements.
+    const MPI_Datatype T = mpi_type(dtype);
+    const size_t L = g_max_count;
+    auto request = std::make_unique<MpiRequest>(
+        "sendrecv from rank " + std::to_string(source) + " (tag " + std::to_string(tag) + ")",
+        (send_count + L - 1) / L + (recv_count + L - 1) / L + 2);
+    // Slices in order on one (peer, tag), as sendrecv sends them: MPI does not let messages overtake.
     size_t off = 0;
     do {
-      const size_t cs = off < send_count ? std::min(g_max_count, send_count - off) : 0;
-      const size_t cr = off < recv_count ? std::min(g_max_count, recv_count - off) : 0;
-      MPI_Status st;
-      ULY_MPI_CHECK(MPI_Sendrecv(cptr(send, std::min(off, send_count) * es), static_cast<int>(cs), mpi_type(dtype),
-                                 dest, tag, ptr(recv, std::min(off, recv_count) * es), static_cast<int>(cr),
-                                 mpi_type(dtype), source, tag, comm_, &st),
-                    "MPI_Sendrecv(" << cs << " " << dtype_name(dtype) << " to rank " << dest << ", " << cr
-                                    << " from rank " << source << ", tag " << tag << ")");
-      int got = 0;
-      ULY_MPI_CHECK(MPI_Get_count(&st, mpi_type(dtype), &got), "MPI_Get_count");
-      ULY_CHECK(static_cast<size_t>(got) == cr, "sendrecv from rank " << source << " (tag " << tag << ") expected "
-                                                                      << cr << " " << dtype_name(dtype) << " but got "
-                                                                      << got << ": the ranks disagree on the size");
-      off += std::max(cs, cr);
-    } while (off < std::max(send_count, recv_count));
+      const size_t c = std::min(L, recv_count - off);
+      ULY_MPI_CHECK(MPI_Irecv(ptr(recv, off * es), static_cast<int>(c), T, source, tag, comm_, request->add(T, c)),
+                    "MPI_Irecv(" << c << " " << dtype_name(dtype) << " from rank " << source << ", tag " << tag << ")");
+      off += c;
+    } while (off < recv_count);
+    off = 0;
+    do {
+      const size_t c = std::min(L, send_count - off);
+      ULY_MPI_CHECK(MPI_Isend(cptr(send, off * es), static_cast<int>(c), T, dest, tag, comm_, request->add(T)),
+                    "MPI_Isend(" << c << " " << dtype_name(dtype) << " to rank " << dest << ", tag " << tag << ")");
+      off += c;
+    } while (off < send_count);
+    return request;
   }
 
   void barrier() override { ULY_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier(" << size_ << " ranks)"); }

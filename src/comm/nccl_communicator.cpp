@@ -1,12 +1,14 @@
 // The Communicator interface on NCCL, for device buffers. Collectives run on
 // the communicator's own stream, ordered by events against the compute stream
-// (see nccl_communicator.h), so communication can overlap independent compute.
+// (see nccl_communicator.h); the asynchronous calls let the compute stream run on
+// until the result is needed, so communication overlaps independent compute.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/check.h"
@@ -35,6 +37,42 @@ const char* at(const void* p, size_t elements, DType t) {
 }
 char* at(void* p, size_t elements, DType t) { return static_cast<char*>(p) + elements * dtype_size(t); }
 
+// NCCL calls queued on the communicator's stream, with an event recorded after them.
+// With a compute stream, wait() makes it wait for the event (the host goes on);
+// without one, wait() blocks the host until the event.
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(cudaStream_t comm_stream, cudaStream_t compute) : compute_(compute) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    const cudaError_t err = cudaEventRecord(done_, comm_stream);
+    if (err != cudaSuccess) {
+      cudaEventDestroy(done_);
+      CUDA_CHECK(err);
+    }
+  }
+  ~NcclRequest() override {
+    try {
+      wait();
+    } catch (const std::exception&) {
+      // A destructor cannot throw; a failure here follows another one already on its way up.
+    }
+    cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    if (compute_ != nullptr)
+      CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    else
+      CUDA_CHECK(cudaEventSynchronize(done_));
+  }
+
+ private:
+  cudaStream_t compute_;
+  cudaEvent_t done_ = nullptr;
+  bool waited_ = false;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute, Communicator* bootstrap)
@@ -45,7 +83,6 @@ class NcclCommunicator final : public Communicator {
       CUDA_CHECK(cudaSetDevice(device_));
       CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
       CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(int32_t)));
       CUDA_CHECK(cudaMemset(barrier_buf_, 0, sizeof(int32_t)));
     } catch (...) {
@@ -99,8 +136,12 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    if (count == 0) return;
-    run([&] { NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_)); });
+    all_reduce_async(send, recv, count, dtype, op)->wait();
+  }
+  CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    if (count == 0) return completed_request();
+    return enqueue(
+        [&] { NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_)); });
   }
 
   void broadcast(void* buf, size_t count, DType dtype, int root) override {
@@ -120,11 +161,15 @@ class NcclCommunicator final : public Communicator {
   }
 
   void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
-                DType dtype, int /*tag*/) override {
+                DType dtype, int tag) override {
+    sendrecv_async(send, send_count, dest, recv, recv_count, source, dtype, tag)->wait();
+  }
+  CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                            DType dtype, int /*tag*/) override {
     check_peer(dest, "sendrecv");
     check_peer(source, "sendrecv");
     const ncclDataType_t t = nccl_type(dtype);
-    run([&] {
+    return enqueue([&] {
       NCCL_CHECK(ncclGroupStart());
       if (send_count > 0) NCCL_CHECK(ncclSend(send, send_count, t, dest, comm_, stream_));
       if (recv_count > 0) NCCL_CHECK(ncclRecv(recv, recv_count, t, source, comm_, stream_));
@@ -159,11 +204,10 @@ class NcclCommunicator final : public Communicator {
     ULY_CHECK(peer >= 0 && peer < size_, "nccl " << what << ": peer " << peer << " outside [0, " << size_ << ")");
   }
 
-  // Enqueues NCCL calls on stream_ after the compute stream's queued work, and
-  // makes the compute stream's later work wait for them. Without a compute
-  // stream: waits for the device before, and for the result after.
+  // Queues NCCL calls on stream_ after the compute stream's queued work (without a
+  // compute stream: after the whole device's), returning the request that waits for them.
   template <class F>
-  void run(F&& enqueue) {
+  CommHandle enqueue(F&& calls) {
     CUDA_CHECK(cudaSetDevice(device_));
     if (compute_ != nullptr) {
       CUDA_CHECK(cudaEventRecord(ready_, compute_));
@@ -171,13 +215,13 @@ class NcclCommunicator final : public Communicator {
     } else {
       CUDA_CHECK(cudaDeviceSynchronize());
     }
-    enqueue();
-    if (compute_ != nullptr) {
-      CUDA_CHECK(cudaEventRecord(done_, stream_));
-      CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    } else {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-    }
+    calls();
+    return std::make_unique<NcclRequest>(stream_, compute_);
+  }
+  // A blocking call: queued, then waited for (see make_nccl_communicator).
+  template <class F>
+  void run(F&& calls) {
+    enqueue(std::forward<F>(calls))->wait();
   }
 
   void release() noexcept {
@@ -186,10 +230,9 @@ class NcclCommunicator final : public Communicator {
     comm_ = nullptr;
     if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
     barrier_buf_ = nullptr;
-    if (done_ != nullptr) cudaEventDestroy(done_);
     if (ready_ != nullptr) cudaEventDestroy(ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    done_ = ready_ = nullptr;
+    ready_ = nullptr;
     stream_ = nullptr;
   }
 
@@ -199,7 +242,7 @@ class NcclCommunicator final : public Communicator {
   Communicator* bootstrap_;
   int rank_ = 0, size_ = 0;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
   void* barrier_buf_ = nullptr;
 };
 

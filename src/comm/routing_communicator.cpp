@@ -57,6 +57,14 @@ class RoutingCommunicator final : public Communicator {
                 DType dtype, int tag) override {
     route("sendrecv", {send, recv}).sendrecv(send, send_count, dest, recv, recv_count, source, dtype, tag);
   }
+  CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    return route("all_reduce", {send, recv}).all_reduce_async(send, recv, count, dtype, op);
+  }
+  CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                            DType dtype, int tag) override {
+    return route("sendrecv", {send, recv})
+        .sendrecv_async(send, send_count, dest, recv, recv_count, source, dtype, tag);
+  }
   void barrier() override { host_->barrier(); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {

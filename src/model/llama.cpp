@@ -424,7 +424,8 @@ double LlamaModel::forward_loss(const SequenceShard& shard) {
   return loss_sum;
 }
 
-double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scale) {
+double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scale,
+                                    const std::function<void(int64_t layer)>& layer_grads_done) {
   const int64_t N = shard.S_local(), D = c_.hidden_size, Lyr = c_.num_hidden_layers;
   const DType t = be_.act_dtype();
   Tensor ids, targets;
@@ -493,6 +494,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     layer_backward(l, acts[l], dx, first_of_segment ? std::function<void()>([&] { store.prefetch(segment - K); })
                                                     : std::function<void()>());
     acts[l] = LayerActs{};
+    if (layer_grads_done) layer_grads_done(l);
   }
   prof.next("embedding");
   be_.embedding_backward(w_.embed().grad, dx, ids);

@@ -1,6 +1,7 @@
 // The Llama forward and backward pass over one sequence shard, written against
 // the Backend ops and a SequenceAttention (local or sequence-parallel).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,8 +42,11 @@ class LlamaModel {
   // Forward and backward over one shard: adds grad_scale * d(sum of this rank's
   // token losses)/d(params) into the weights' gradients (the sequence-parallel
   // peers' contributions arrive through the attention's collectives) and returns
-  // the sum of this rank's token losses.
-  double forward_backward(const SequenceShard& shard, double grad_scale);
+  // the sum of this rank's token losses. layer_grads_done(l), if set, runs as soon as
+  // layer l's backward has added its last contribution to the layer's gradients (layers
+  // in reverse order), so the caller can start reducing them while the backward goes on.
+  double forward_backward(const SequenceShard& shard, double grad_scale,
+                          const std::function<void(int64_t layer)>& layer_grads_done = {});
 
   // Forward only (evaluation): the sum of this rank's token losses; no gradients.
   double forward_loss(const SequenceShard& shard);

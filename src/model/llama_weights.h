@@ -1,6 +1,7 @@
 // The parameters of a Llama model, named as in Hugging Face's named_parameters(),
 // with a gradient buffer for each.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ class LlamaWeights {
     Parameter* w_gate;      // [F, D]
     Parameter* w_up;        // [F, D]
     Parameter* w_down;      // [D, F]
+    std::array<Parameter*, 9> all() const {
+      return {input_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down};
+    }
   };
 
   // Names and shapes from the config; no memory yet.

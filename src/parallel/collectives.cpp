@@ -1,5 +1,7 @@
 #include "parallel/collectives.h"
 
+#include <vector>
+
 namespace ulysses {
 namespace {
 
@@ -7,52 +9,104 @@ bool needs_staging(const Communicator& comm, const Tensor& t) {
   return t.device() != Device::CPU && !comm.device_buffers();
 }
 
-// Runs `call(send_buffer, recv_buffer)` on the buffers the communicator takes: the
-// tensors themselves, or host copies staged here (the result copied back into recv).
-template <class Call>
-void staged(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv, Call call) {
+// A communication on tensors in flight: holds the tensors until the transfer is done
+// (a device buffer freed earlier could be reused by compute while the transfer still
+// reads it), and, when staged, copies the host result into the device tensor.
+class TensorRequest final : public CommRequest {
+ public:
+  TensorRequest(Backend& backend, CommHandle inner, std::vector<Tensor> keep, Tensor staged_recv, Tensor recv)
+      : backend_(backend), inner_(std::move(inner)), keep_(std::move(keep)), staged_recv_(std::move(staged_recv)),
+        recv_(std::move(recv)) {}
+  ~TensorRequest() override {
+    try {
+      wait();
+    } catch (const std::exception&) {
+      // A destructor cannot throw; a failure here follows another one already on its way up.
+    }
+  }
+  void wait() override {
+    if (!inner_) return;
+    CommHandle inner = std::move(inner_);
+    inner->wait();
+    if (staged_recv_.defined()) backend_.copy(recv_, staged_recv_);
+    keep_.clear();
+    staged_recv_ = recv_ = Tensor{};
+  }
+
+ private:
+  Backend& backend_;
+  CommHandle inner_;
+  std::vector<Tensor> keep_;
+  Tensor staged_recv_, recv_;
+};
+
+// Runs `start(send_buffer, recv_buffer)` on the buffers the communicator takes: the
+// tensors themselves, or host copies staged here (the result copied back into recv
+// by the returned request's wait()). start returns the communicator's request.
+// in_place: send and recv are one tensor (all_reduce), so one host buffer serves both.
+template <class Start>
+CommHandle staged(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv, Start start,
+                  bool in_place = false) {
   if (!needs_staging(comm, send)) {
-    call(send.raw(), recv.raw());
-    return;
+    CommHandle inner = start(send.raw(), recv.raw());
+    return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{send, recv}, Tensor{},
+                                           Tensor{});
   }
   Tensor hs = Tensor::empty(send.shape(), send.dtype(), backend.offload_allocator());
   backend.copy(hs, send);
-  Tensor hr = Tensor::empty(recv.shape(), recv.dtype(), backend.offload_allocator());
-  call(hs.raw(), hr.raw());
-  backend.copy(recv, hr);
+  Tensor hr = in_place ? hs : Tensor::empty(recv.shape(), recv.dtype(), backend.offload_allocator());
+  CommHandle inner = start(hs.raw(), hr.raw());
+  return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{hs, send}, hr, recv);
 }
 
 }  // namespace
+
+CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv,
+                          int source, int tag) {
+  ULY_CHECK(send.dtype() == recv.dtype(), "sendrecv: send " << send.describe() << " and recv " << recv.describe()
+                                                            << " differ in dtype");
+  const auto n = [](const Tensor& t) { return static_cast<size_t>(t.numel()); };
+  return staged(comm, backend, send, recv, [&](const void* s, void* r) {
+    return comm.sendrecv_async(s, n(send), dest, r, n(recv), source, send.dtype(), tag);
+  });
+}
+
+CommHandle all_reduce_sum_async(Communicator& comm, Backend& backend, Tensor& t) {
+  if (comm.size() == 1) return completed_request();
+  const size_t count = static_cast<size_t>(t.numel());
+  return staged(
+      comm, backend, t, t,
+      [&](const void* s, void* r) { return comm.all_reduce_async(s, r, count, t.dtype(), ReduceOp::Sum); },
+      /*in_place=*/true);
+}
 
 void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
   ULY_CHECK(send.numel() == recv.numel() && send.dtype() == recv.dtype() && send.numel() % comm.size() == 0,
             "all_to_all: send " << send.describe() << " and recv " << recv.describe() << " do not match for "
                                 << comm.size() << " ranks");
   const size_t count = static_cast<size_t>(send.numel() / comm.size());
-  staged(comm, backend, send, recv, [&](const void* s, void* r) { comm.all_to_all(s, r, count, send.dtype()); });
+  staged(comm, backend, send, recv, [&](const void* s, void* r) {
+    comm.all_to_all(s, r, count, send.dtype());
+    return completed_request();
+  })->wait();
 }
 
 void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv, int source) {
-  ULY_CHECK(send.dtype() == recv.dtype(), "sendrecv: send " << send.describe() << " and recv " << recv.describe()
-                                                            << " differ in dtype");
-  const auto n = [](const Tensor& t) { return static_cast<size_t>(t.numel()); };
-  staged(comm, backend, send, recv, [&](const void* s, void* r) {
-    comm.sendrecv(s, n(send), dest, r, n(recv), source, send.dtype(), /*tag=*/7);
-  });
+  sendrecv_async(comm, backend, send, dest, recv, source, /*tag=*/7)->wait();
 }
 
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t) {
-  if (comm.size() == 1) return;
-  const size_t count = static_cast<size_t>(t.numel());
-  staged(comm, backend, t, t,
-         [&](const void* s, void* r) { comm.all_reduce(s, r, count, t.dtype(), ReduceOp::Sum); });
+  all_reduce_sum_async(comm, backend, t)->wait();
 }
 
 void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
   ULY_CHECK(recv.numel() == send.numel() * comm.size() && send.dtype() == recv.dtype(),
             "all_gather: recv " << recv.describe() << " must hold " << comm.size() << " × send " << send.describe());
   const size_t count = static_cast<size_t>(send.numel());
-  staged(comm, backend, send, recv, [&](const void* s, void* r) { comm.all_gather(s, r, count, send.dtype()); });
+  staged(comm, backend, send, recv, [&](const void* s, void* r) {
+    comm.all_gather(s, r, count, send.dtype());
+    return completed_request();
+  })->wait();
 }
 
 void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
@@ -60,8 +114,10 @@ void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send
             "reduce_scatter: send " << send.describe() << " must hold " << comm.size() << " × recv "
                                     << recv.describe());
   const size_t count = static_cast<size_t>(recv.numel());
-  staged(comm, backend, send, recv,
-         [&](const void* s, void* r) { comm.reduce_scatter(s, r, count, send.dtype(), ReduceOp::Sum); });
+  staged(comm, backend, send, recv, [&](const void* s, void* r) {
+    comm.reduce_scatter(s, r, count, send.dtype(), ReduceOp::Sum);
+    return completed_request();
+  })->wait();
 }
 
 }  // namespace ulysses

@@ -19,4 +19,12 @@ void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor
 // send: size × recv's elements; recv = sum over ranks of their block rank() (Communicator::reduce_scatter).
 void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 
+// Asynchronous forms (Communicator::sendrecv_async): the returned request keeps the tensors
+// (and any host staging) alive until its wait(), after which recv / t holds the result for
+// work queued from then on. Device tensors that need staging are copied to the host now
+// and the result is copied back in wait().
+CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv,
+                          int source, int tag);
+CommHandle all_reduce_sum_async(Communicator& comm, Backend& backend, Tensor& t);
+
 }  // namespace ulysses

@@ -6,6 +6,9 @@
 namespace ulysses {
 namespace {
 
+// The two exchanges in flight at once have their own tags (MPI matches by tag; NCCL by order).
+constexpr int kBlockTag = 7, kGradTag = 8;
+
 // lse: [H, n × C] viewed as [H, n, C]: chunk c of the rows is "head" c.
 Tensor lse_chunks(const Tensor& lse, int64_t n) { return lse.reshape({lse.dim(0), n, lse.dim(1) / n}); }
 
@@ -36,9 +39,17 @@ Tensor RingAttention::half(const Tensor& kv, int64_t i) {
   return kv.slice(i, i + 1).reshape({kv.dim(1), kv.dim(2), kv.dim(3)});
 }
 
-void RingAttention::pass_on(const Tensor& send, Tensor& recv) {
+CommHandle RingAttention::pass_on(const Tensor& send, Tensor& recv, int tag) {
   ProfileScope prof(backend_, "ring exchange");
-  sendrecv(comm_, backend_, send, static_cast<int>((r_ + 1) % R_), recv, static_cast<int>((r_ + R_ - 1) % R_));
+  return sendrecv_async(comm_, backend_, send, static_cast<int>((r_ + 1) % R_), recv,
+                        static_cast<int>((r_ + R_ - 1) % R_), tag);
+}
+
+void RingAttention::finish(CommHandle& exchange) {
+  if (!exchange) return;
+  ProfileScope prof(backend_, "ring exchange");
+  exchange->wait();
+  exchange.reset();
 }
 
 void RingAttention::forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -69,10 +80,12 @@ void RingAttention::forward(Tensor& out, Tensor& lse, const Tensor& q, const Ten
   Tensor part = backend_.empty({C, H, d}, q.dtype());
   Tensor part_lse = backend_.empty({H, C}, acc_t);
 
+  CommHandle next;  // the exchange bringing the next block
   for (int64_t t = 0; t < R_; ++t) {
     const int64_t src = (r_ - t + R_) % R_;
     Tensor& cur = kv[t % 2];
-    if (t + 1 < R_) pass_on(cur, kv[(t + 1) % 2]);  // the next block's exchange before this block's compute
+    finish(next);
+    if (t + 1 < R_) next = pass_on(cur, kv[(t + 1) % 2], kBlockTag);  // travels during this block's compute
     const Tensor kc = half(cur, 0), vc = half(cur, 1);
     for (int64_t a = 0; a < n; ++a) {
       const Chunk& qa = mine[a];
@@ -148,11 +161,14 @@ void RingAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
   Tensor dk_part = backend_.empty({C, Hkv, d}, q.dtype());
   Tensor dv_part = backend_.empty({C, Hkv, d}, q.dtype());
 
+  // In flight: the next K/V block, and the dK/dV accumulator that arrives with this one.
+  CommHandle next, grads;
   for (int64_t t = 0; t < R_; ++t) {
     const int64_t src = (r_ - t + R_) % R_;
     Tensor& cur = kv[t % 2];
     Tensor& dcur = dkv[t % 2];
-    if (t + 1 < R_) pass_on(cur, kv[(t + 1) % 2]);
+    finish(next);
+    if (t + 1 < R_) next = pass_on(cur, kv[(t + 1) % 2], kBlockTag);
     const Tensor kc = half(cur, 0), vc = half(cur, 1);
     Tensor dkc = half(dcur, 0), dvc = half(dcur, 1);
     for (int64_t a = 0; a < n; ++a) {
@@ -167,13 +183,16 @@ void RingAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
         Tensor dq_rows = dq_acc.slice(qa.local, qa.local + C);
         Tensor dk_rows = dkc.slice(kb.local, kb.local + C), dv_rows = dvc.slice(kb.local, kb.local + C);
         backend_.axpy(dq_rows, dq_part, 1.0);
+        finish(grads);  // the accumulator must have arrived before the first add into it
         backend_.axpy(dk_rows, dk_part, 1.0);
         backend_.axpy(dv_rows, dv_part, 1.0);
       }
     }
     // This block's accumulator moves on with it; after R moves each is home.
-    if (R_ > 1) pass_on(dcur, dkv[(t + 1) % 2]);
+    finish(grads);
+    if (R_ > 1) grads = pass_on(dcur, dkv[(t + 1) % 2], kGradTag);
   }
+  finish(grads);
   Tensor& home = dkv[R_ > 1 ? R_ % 2 : 0];
   backend_.copy(dq, dq_acc);
   backend_.copy(dk, half(home, 0));

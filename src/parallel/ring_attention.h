@@ -7,9 +7,9 @@
 //
 // Backward: the K/V blocks go round again, each with a float32 dK/dV accumulator
 // that collects every rank's share and arrives home after R exchanges; dQ stays
-// local. The exchange of the next block is issued before the current block's
-// compute (today's communicators block, so the overlap comes with an asynchronous
-// sendrecv; the order is already the overlapped one).
+// local. Exchanges are asynchronous (Communicator::sendrecv_async): the next K/V
+// block travels while the current one is computed, and a dK/dV accumulator while
+// the next block's attention backward runs, waited for just before its first add.
 //
 // Rows are the ring rank's chunks (parallel/token_layout.h): one contiguous slice,
 // or with zigzag the chunks r and 2R - 1 - r. Block pairs that causality masks
@@ -38,8 +38,10 @@ class RingAttention final : public AttentionKernel {
   int64_t check_rows(const Tensor& q, const Documents& docs) const;
   // Packs k, v: [S_r, Hkv, d] into kv: [2, S_r, Hkv, d], and views its halves.
   static Tensor half(const Tensor& kv, int64_t i);
-  // Sends `send` on to the next rank and receives the previous rank's into `recv`.
-  void pass_on(const Tensor& send, Tensor& recv);
+  // Starts sending `send` on to the next rank and receiving the previous rank's into `recv`.
+  CommHandle pass_on(const Tensor& send, Tensor& recv, int tag);
+  // Waits for an exchange started by pass_on (if any) and clears the handle.
+  void finish(CommHandle& exchange);
 
   Backend& backend_;
   Communicator& comm_;

@@ -26,7 +26,8 @@ std::string step_name(int64_t step) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config, const AdamW& optimizer,
+std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config,
+                            const OptimizerSnapshot& optimizer,
                             const TrainerState& state, const CheckpointSaveOptions& options) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   fs::create_directories(root);
@@ -36,10 +37,10 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
   fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
-    save_model_folder((tmp / "model").string(), model_config, optimizer.master_weights(), options.dtype);
+    save_model_folder((tmp / "model").string(), model_config, optimizer.master, options.dtype);
     copy_model_assets(options.asset_dirs, (tmp / "model").string());
-    write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state(),
-                      {{"steps_taken", std::to_string(optimizer.steps_taken())}});
+    write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state,
+                      {{"steps_taken", std::to_string(optimizer.steps_taken)}});
     nlohmann::json j;
     j["step"] = state.step;
     j["loader"] = state.loader;

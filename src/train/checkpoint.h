@@ -37,8 +37,9 @@ struct CheckpointSaveOptions {
   int64_t keep_last = 0;                // > 0: remove older step-* folders beyond the newest N
 };
 
-// Rank 0 writes; returns the checkpoint folder.
-std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config, const AdamW& optimizer,
+// Rank 0 writes (the optimizer snapshot gathered by every rank); returns the checkpoint folder.
+std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config,
+                            const OptimizerSnapshot& optimizer,
                             const TrainerState& state, const CheckpointSaveOptions& options);
 
 // Removes complete and incomplete step-* folders of out_dir beyond the newest `keep_last`

@@ -1,12 +1,16 @@
 // AdamW with fp32 master weights, the learning-rate schedule and gradient
-// clipping. State lives in the Optimizer pool; every rank holds all of it
-// today (gradients are all-reduced first), and a ZeRO-sharded variant will
-// keep a shard per rank behind the same interface.
+// clipping. State lives in the Optimizer pool. Without a shard group every rank
+// holds all of it; with one (ZeRO stage 1 over the data × sequence ranks) each
+// rank keeps master, m and v for its 1/P of every parameter's elements, updates
+// that part of the weights, and the updated weights are all-gathered. Gradients
+// are whole on every rank (all-reduced by the step), so the update, elementwise,
+// is bit-identical to the unsharded one.
 #pragma once
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "model/llama_weights.h"
 
 namespace ulysses {
@@ -22,10 +26,20 @@ struct OptimizerConfig {
 // step is 1-based (the step about to be taken).
 double learning_rate(const OptimizerConfig& c, int64_t step);
 
+// The optimizer's state gathered whole (for a checkpoint), named as in optimizer.safetensors.
+struct OptimizerSnapshot {
+  std::vector<std::pair<std::string, Tensor>> master;  // host float32, named like the parameters
+  std::vector<std::pair<std::string, Tensor>> state;   // master.<name>, exp_avg.<name>, exp_avg_sq.<name>
+  int64_t steps_taken = 0;
+};
+
 class AdamW {
  public:
-  // Allocates master (= the current weight values, in float32), m and v (zeros).
-  AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config);
+  // Allocates master (= the current weight values, in float32), m and v (zeros): for
+  // every element, or with a shard group of P ranks for this rank's 1/P of each
+  // parameter (the group must outlive the optimizer; every call below is then
+  // collective over it).
+  AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Communicator* shard_group = nullptr);
   // Master weights from a model folder's stored tensors (exact, whatever the compute dtype).
   void load_master(const ModelFolder& folder);
 
@@ -41,21 +55,32 @@ class AdamW {
   // the message after a non-finite norm, not for every step).
   std::vector<std::string> nonfinite_gradients() const;
   int64_t steps_taken() const { return steps_; }
+  // Ranks sharing the state (1: unsharded).
+  int shards() const { return group_ == nullptr ? 1 : group_->size(); }
 
-  // State for checkpoints: master.<name>, exp_avg.<name>, exp_avg_sq.<name>, as host tensors.
-  std::vector<std::pair<std::string, Tensor>> state() const;
+  // The whole state as host tensors, on the ranks that keep it (the one that writes the
+  // checkpoint); collective when sharded, so every rank of the group calls it.
+  OptimizerSnapshot snapshot(bool keep) const;
+  // Reads optimizer.safetensors (whole tensors, whatever group wrote them) and takes this
+  // rank's part; the weights follow the masters exactly.
   void load_state(const std::string& optimizer_file, int64_t steps_taken);
-  // The master weights as host tensors named like the parameters (for saving the model).
-  std::vector<std::pair<std::string, Tensor>> master_weights() const;
 
  private:
   struct Slot {
-    Tensor master, m, v;
+    Tensor master, m, v;  // [hi - lo] float32: elements [lo, hi) of the flattened parameter
+    int64_t lo = 0, hi = 0;
     bool decay;  // matrices decay, norms do not
   };
+  // A parameter's elements [lo, hi) as a flat view.
+  static Tensor part(const Tensor& t, const Slot& s);
+  // The whole of one of a slot's tensors on the host, in the parameter's shape.
+  Tensor gather(const Tensor& shard, const Slot& s, const Shape& shape) const;
+  // Every rank's updated part of p.value into every rank's p.value.
+  void all_gather_weights(Parameter& p, const Slot& s);
   LlamaWeights& w_;
   Backend& be_;
   OptimizerConfig config_;
+  Communicator* group_;  // null: unsharded
   std::vector<Slot> slots_;
   int64_t steps_ = 0;
 };

@@ -1,5 +1,8 @@
 #include "train/step.h"
 
+#include <functional>
+#include <vector>
+
 #include "backend/profile_scope.h"
 #include "parallel/collectives.h"
 
@@ -23,6 +26,57 @@ void finish_loss(double local_sum, ProcessMesh& mesh, StepResult& r) {
   r.loss = r.valid_targets > 0 ? r.loss_sum / static_cast<double>(r.valid_targets) : 0.0;
 }
 
+// True on every rank when every rank of the world has as many shards as this one: only
+// then may a layer's gradient reduction start inside the backward, because the world's
+// collectives (and the sequence groups' inside the model) are then issued in the same
+// order on every rank.
+bool same_shard_count(const std::vector<SequenceShard>& shards, ProcessMesh& mesh) {
+  if (mesh.world().size() == 1) return true;
+  const auto n = static_cast<int64_t>(shards.size());
+  int64_t local[2] = {n, -n}, extremes[2] = {0, 0};
+  mesh.world().all_reduce(local, extremes, 2, DType::I64, ReduceOp::Max);
+  return extremes[0] == -extremes[1];
+}
+
+// Sums every gradient over the world. Each layer's gradients start their all-reduce as
+// soon as the backward is past the layer (overlapped with the layers below), when the
+// ranks allow it; the rest (embedding, final norm, lm_head) and the waits come at finish().
+class GradientReduction {
+ public:
+  GradientReduction(LlamaWeights& weights, Backend& backend, Communicator& world, bool per_layer)
+      : weights_(weights), backend_(backend), world_(world), per_layer_(per_layer && world.size() > 1),
+        started_(weights.params().size(), false) {}
+
+  std::function<void(int64_t)> layer_hook() {
+    if (!per_layer_) return {};
+    return [this](int64_t l) {
+      ProfileScope prof(backend_, "grad all-reduce");
+      for (Parameter* p : weights_.layer(l).all()) start(*p);
+    };
+  }
+
+  void finish() {
+    ProfileScope prof(backend_, "grad all-reduce");
+    for (Parameter& p : weights_.params()) start(p);
+    wait_all(pending_);
+  }
+
+ private:
+  void start(Parameter& p) {
+    const size_t i = static_cast<size_t>(&p - weights_.params().data());
+    if (started_[i]) return;
+    started_[i] = true;
+    pending_.push_back(all_reduce_sum_async(world_, backend_, p.grad));
+  }
+
+  LlamaWeights& weights_;
+  Backend& backend_;
+  Communicator& world_;
+  bool per_layer_;
+  std::vector<bool> started_;
+  std::vector<CommHandle> pending_;
+};
+
 }  // namespace
 
 std::vector<SequenceShard> local_shards(const TokenBatch& batch, ProcessMesh& mesh) {
@@ -39,12 +93,17 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
   // Every rank knows the global count, so each token's gradient is scaled by
   // 1/N up front and a rank with no valid target contributes exactly zero.
   const double grad_scale = r.valid_targets > 0 ? 1.0 / static_cast<double>(r.valid_targets) : 0.0;
+  GradientReduction reduction(weights, backend, mesh.world(), same_shard_count(shards, mesh));
   double local_sum = 0;
-  for (const SequenceShard& s : shards) local_sum += model.forward_backward(s, grad_scale);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    // A layer's gradients are final after the last shard's backward of that layer.
+    const bool last = i + 1 == shards.size();
+    local_sum += model.forward_backward(shards[i], grad_scale,
+                                        last ? reduction.layer_hook() : std::function<void(int64_t)>());
+  }
   backend.synchronize();
   finish_loss(local_sum, mesh, r);
-  ProfileScope prof(backend, "grad all-reduce");
-  for (Parameter& p : weights.params()) all_reduce_sum(mesh.world(), backend, p.grad);
+  reduction.finish();
   return r;
 }
 

@@ -58,6 +58,8 @@ zigzag: false           # with sp_ring > 1: zigzag (dual-chunk) sharding balance
 backend: cpu            # cpu or cuda
 dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
 comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
+zero: 0                 # ZeRO stage over all ranks (dp x sp): 0 = each rank holds the whole AdamW state;
+                        # 1 = the AdamW state (fp32 master, m, v) sharded, 1/ranks each (2 and 3: not built yet)
 memory:
   tiled_mlp: 1          # MLP sequence tiles; 0 = ceil(tokens / hidden); 1 = off
   tiled_loss: 0         # tokens per lm_head + loss tile; 0 = off
@@ -209,6 +211,7 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("memory.checkpoint_every", kCheckpointSegment),
       int_key("memory.head_chunks", kHeadChunks),
       int_key("keep_last", kKeepLast),
+      int_key("zero", {0, 1, "ZeRO stage; stages 2 and 3 are not built yet"}),
   };
   return ranges;
 }
@@ -325,6 +328,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.backend = cfg["backend"];
   c.dtype = cfg["dtype"];
   c.comm = cfg["comm"];
+  c.zero = cfg["zero"];
   const auto& m = cfg["memory"];
   c.memory.mlp_tiles = m["tiled_mlp"];
   c.memory.loss_tile_tokens = m["tiled_loss"];

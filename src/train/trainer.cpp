@@ -173,6 +173,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.act_dtype = backend->act_dtype();
   plan.device = backend->device();
   plan.optimizer = true;
+  plan.optimizer_shards = cfg.zero >= 1 ? world.size() : 1;
   plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
   plan.runtime = backend.get();
   const MemorySnapshot planned = plan_step_memory(plan);
@@ -207,7 +208,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   oc.beta2 = cfg.beta2;
   oc.eps = cfg.eps;
   oc.grad_clip = cfg.grad_clip;
-  AdamW optimizer(weights, *backend, oc);
+  AdamW optimizer(weights, *backend, oc, cfg.zero >= 1 ? &mesh.world() : nullptr);
   if (folder) optimizer.load_master(*folder);
 
   const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size(), mesh.ring_size(),
@@ -277,6 +278,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     if (start_step > 0) events->session_start(start_step + 1);  // older files' later steps are superseded
   }
   auto save = [&](int64_t step) {
+    const OptimizerSnapshot snapshot = optimizer.snapshot(rank0);  // collective when the state is sharded
     if (rank0) {
       metrics->sync();  // the metrics up to a checkpoint are on disk before it is
       if (events) events->sync();
@@ -290,7 +292,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       so.dtype = save_dtype_of(cfg.save_dtype);
       so.asset_dirs = asset_dirs;
       so.keep_last = cfg.keep_last;
-      const std::string dir = save_checkpoint(cfg.out_dir, mc, optimizer, st, so);
+      const std::string dir = save_checkpoint(cfg.out_dir, mc, snapshot, st, so);
       ULY_INFO("checkpoint: " << dir);
     }
     world.barrier();

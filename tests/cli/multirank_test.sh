@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Several ranks: a rank killed mid-run ends the job on every rank with a clear
-# message, never a hang; `comm-bench` measures the step's collectives on MPI
-# ranks and refuses bad options with one clear line.
+# message, never a hang; ZeRO stage 1 trains exactly as the unsharded optimizer;
+# `comm-bench` measures the step's collectives on MPI ranks and refuses bad
+# options with one clear line.
 source "$(dirname "$0")/lib.sh" "$@"
 cd "$TMP"
 
@@ -34,6 +35,26 @@ grep -q -i -E "rank 1.*(signal 9|killed)|signal 9 \(Killed\)" killed.log \
   || { fail "the message names the killed rank and the signal"; tail -12 killed.log | sed 's/^/     /'; }
 if pgrep -f "out_dir=run sp=2" > /dev/null; then fail "no rank left running"; pkill -9 -f "out_dir=run sp=2"
 else pass "no rank left running"; fi
+
+# ZeRO stage 1 on 3 data-parallel ranks (the AdamW state in thirds, blocks of unequal size):
+# the same losses, gradient norms and checkpoint, byte for byte, as every rank holding all of it.
+for z in 0 1; do
+  timeout 300 $MPIRUN -np 3 --oversubscribe "$ULYSSES" train train.yaml out_dir=zero$z sp=1 batch_size=3 steps=4 \
+    checkpoint_every=4 tensorboard=false zero=$z > zero$z.log 2>&1 || { fail "train zero=$z on 3 ranks"; tail -5 zero$z.log; }
+done
+if python3 - zero0/metrics.jsonl zero1/metrics.jsonl <<'PY'
+import json, sys
+def curve(path):
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(path)) if "loss" in r]
+a, b = curve(sys.argv[1]), curve(sys.argv[2])
+assert len(a) == 4 and a == b, (a, b)
+PY
+then pass "zero=1 on 3 ranks: the same 4 losses and gradient norms as zero=0"; else fail "zero=1 losses differ from zero=0"; fi
+if cmp -s zero0/checkpoints/step-0000004/optimizer.safetensors zero1/checkpoints/step-0000004/optimizer.safetensors \
+   && cmp -s zero0/checkpoints/step-0000004/model/model.safetensors zero1/checkpoints/step-0000004/model/model.safetensors
+then pass "zero=1: the checkpoint (whole optimizer state, model) is byte-identical"
+else fail "zero=1: the checkpoint differs from zero=0's"; ls zero1/checkpoints/step-0000004 zero1/checkpoints/step-0000004/model; fi
+expect_error "train: zero=2 is refused" "'zero'.*stages 2 and 3 are not built yet" "$ULYSSES" train train.yaml zero=2
 
 # comm-bench on 2 MPI ranks (host buffers): every op and size reported with positive bandwidths.
 timeout 120 $MPIRUN -np 2 "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 65536 --iters 3 > comm.log 2>&1 \

@@ -413,6 +413,90 @@ TEST(Comm, ErrorsOnEveryRank) {
       << "the communicator after the errors";
 }
 
+// Several asynchronous all-reduces in flight at once, waited for in reverse order: each
+// result is exact, and an in-place one too.
+template <class T>
+int64_t all_reduce_async_wrong(Communicator& c, DType dt, size_t count) {
+  const int P = c.size(), r = c.rank();
+  constexpr int kCalls = 4;
+  std::vector<std::vector<T>> send(kCalls, std::vector<T>(count)), recv(kCalls, std::vector<T>(count, poison<T>()));
+  std::vector<CommHandle> pending;
+  for (int k = 0; k < kCalls; ++k) {
+    for (size_t i = 0; i < count; ++i) send[k][i] = rin<T>(r, k, i);
+    const bool in_place = k % 2 == 1;
+    pending.push_back(c.all_reduce_async(send[k].data(), in_place ? send[k].data() : recv[k].data(), count, dt,
+                                         ReduceOp::Sum));
+  }
+  for (int k = kCalls - 1; k >= 0; --k) pending[k]->wait();
+  pending[0]->wait();  // a second wait returns at once
+  int64_t wrong = 0;
+  for (int k = 0; k < kCalls; ++k) {
+    const std::vector<T>& out = k % 2 == 1 ? send[k] : recv[k];
+    for (size_t i = 0; i < count; ++i) wrong += out[i] != reduce_ref<T>(P, k, i, ReduceOp::Sum);
+  }
+  return wrong;
+}
+
+// Two exchanges around the ring in flight at once with different tags (ring attention's K/V
+// block and dK/dV accumulator), waited for in the opposite order of their start.
+template <class T>
+int64_t ring_async_wrong(Communicator& c, DType dt, size_t count) {
+  const int P = c.size(), r = c.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
+  std::vector<T> a(count), b(count), got_a(count, poison<T>()), got_b(count, poison<T>());
+  for (size_t i = 0; i < count; ++i) {
+    a[i] = val<T>(r, next, i);
+    b[i] = val<T>(r, next, i + 1);
+  }
+  CommHandle ha = c.sendrecv_async(a.data(), count, next, got_a.data(), count, prev, dt, 7);
+  CommHandle hb = c.sendrecv_async(b.data(), count, next, got_b.data(), count, prev, dt, 8);
+  hb->wait();
+  ha->wait();
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    wrong += got_a[i] != val<T>(prev, r, i);
+    wrong += got_b[i] != val<T>(prev, r, i + 1);
+  }
+  return wrong;
+}
+
+TEST(Comm, AsyncAllReduce) {
+  Communicator& c = world();
+  for (size_t count : {size_t{0}, size_t{1}, size_t{10000}, size_t{1} << 17}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    EXPECT_EQ(sum_over_ranks(all_reduce_async_wrong<float>(c, DType::F32, count)), 0) << "f32";
+    EXPECT_EQ(sum_over_ranks(all_reduce_async_wrong<int64_t>(c, DType::I64, count)), 0) << "i64";
+  }
+}
+
+TEST(Comm, AsyncSendRecvRing) {
+  Communicator& c = world();
+  if (c.size() == 1) GTEST_SKIP() << "a ring needs 2 ranks";
+  for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{1} << 17}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    EXPECT_EQ(sum_over_ranks(ring_async_wrong<float>(c, DType::F32, count)), 0) << "f32";
+    EXPECT_EQ(sum_over_ranks(ring_async_wrong<uint16_t>(c, DType::BF16, count)), 0) << "bf16";
+  }
+}
+
+// A receive that gets a different count than it expects fails in wait() on that rank, naming
+// the sizes, instead of leaving part of the buffer unwritten.
+TEST(Comm, AsyncSendRecvSizeMismatch) {
+  Communicator& c = world();
+  if (c.size() == 1 || c.name() != "mpi") GTEST_SKIP() << "needs 2 MPI ranks";
+  const int P = c.size(), r = c.rank();
+  // Rank 0 sends one element fewer than its successor expects; every rank receives 8.
+  const size_t send_count = r == 0 ? 7 : 8;
+  std::vector<float> send(8, 1.0f), recv(8, 0.0f);
+  int64_t threw = 0;
+  try {
+    c.sendrecv_async(send.data(), send_count, (r + 1) % P, recv.data(), 8, (r + P - 1) % P, DType::F32, 9)->wait();
+  } catch (const Error& e) {
+    ++threw;
+    EXPECT_NE(e.message().find("expected 8 elements but got 7"), std::string::npos) << e.message();
+  }
+  EXPECT_EQ(sum_over_ranks(threw), 1);
+}
+
 // Lowers the per-call count limit so the split paths for counts above INT_MAX run on small buffers.
 struct MaxCountGuard {
   explicit MaxCountGuard(size_t n) { set_mpi_max_count_for_testing(n); }
@@ -437,6 +521,8 @@ TEST(Comm, SplitLargeCounts) {
       }
       EXPECT_EQ(sum_over_ranks(broadcast_wrong<uint16_t>(c, DType::BF16, count, c.size() - 1)), 0) << "broadcast";
       if (c.size() > 1) EXPECT_EQ(sum_over_ranks(ring_wrong<float>(c, DType::F32, count, 3)), 0) << "send/recv";
+      if (c.size() > 1) EXPECT_EQ(sum_over_ranks(ring_async_wrong<float>(c, DType::F32, count)), 0) << "async ring";
+      EXPECT_EQ(sum_over_ranks(all_reduce_async_wrong<double>(c, DType::F64, count)), 0) << "async all_reduce";
     }
   }
   {

@@ -1,0 +1,110 @@
+// ZeRO stage 1 under mpirun (np 1, 2, 3, 4, 8): AdamW with its state sharded over
+// the world updates the weights bit-identically to the unsharded optimizer (the
+// update is elementwise and the gradients are whole on every rank), its snapshot
+// is the whole state, and a sharded run resumes from it (on any number of ranks:
+// the file holds whole tensors) with the same following updates. np 3 exercises
+// parameters that do not divide into equal blocks.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/model_folder.h"
+#include "io/safetensors.h"
+#include "mpi/mpi_test_main.h"
+#include "test_util.h"
+#include "train/optimizer.h"
+
+namespace ulysses::test {
+namespace {
+
+// The same gradients on every rank (as after the step's all-reduce), different each step.
+void fill_grads(LlamaWeights& w, int step) {
+  int k = 0;
+  for (Parameter& p : w.params()) {
+    float* g = p.grad.data<float>();
+    for (int64_t i = 0; i < p.grad.numel(); ++i)
+      g[i] = static_cast<float>(((i * 7919 + k * 104729 + step * 31) % 2001) - 1000) * 1e-3f;
+    ++k;
+  }
+}
+
+int64_t values_differing(const LlamaWeights& a, const LlamaWeights& b) {
+  int64_t wrong = 0;
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    const Tensor& x = a.params()[i].value;
+    const Tensor& y = b.params()[i].value;
+    wrong += std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0;
+  }
+  return wrong;
+}
+
+int64_t snapshots_differing(const OptimizerSnapshot& a, const OptimizerSnapshot& b) {
+  int64_t wrong = a.state.size() != b.state.size() || a.master.size() != b.master.size();
+  for (size_t i = 0; i < std::min(a.state.size(), b.state.size()); ++i) {
+    const Tensor& x = a.state[i].second;
+    const Tensor& y = b.state[i].second;
+    wrong += a.state[i].first != b.state[i].first || x.shape() != y.shape() ||
+             std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0;
+  }
+  return wrong;
+}
+
+TEST(Zero, ShardedAdamWEqualsUnsharded) {
+  Communicator& c = world();
+  const std::string dir = fixtures_dir() + "/gqa/model";
+  ModelFolder folder = ModelFolder::open(dir);
+  auto backend = make_cpu_backend();
+  LlamaWeights whole(folder.config()), sharded(folder.config());
+  whole.load(folder, *backend);
+  sharded.load(folder, *backend);
+  OptimizerConfig oc;
+  oc.warmup_steps = 1;
+  oc.total_steps = 5;
+  oc.grad_clip = 5.0;  // the gradients above have norms around 10: clipped
+  AdamW a(whole, *backend, oc), b(sharded, *backend, oc, &c);
+  a.load_master(folder);
+  b.load_master(folder);
+  EXPECT_EQ(b.shards(), c.size());
+
+  int64_t wrong = 0;
+  for (int step = 1; step <= 3; ++step) {
+    fill_grads(whole, step);
+    fill_grads(sharded, step);
+    const AdamW::StepInfo ia = a.step(), ib = b.step();
+    wrong += ia.grad_norm != ib.grad_norm || ia.lr != ib.lr;
+    wrong += values_differing(whole, sharded);
+  }
+  EXPECT_EQ(sum_over_ranks(wrong), 0) << "sharded AdamW's weights differ from the unsharded ones";
+  const OptimizerSnapshot sa = a.snapshot(true), sb = b.snapshot(true);
+  EXPECT_EQ(sum_over_ranks(snapshots_differing(sa, sb)), 0) << "the gathered state differs";
+  EXPECT_EQ(sb.steps_taken, 3);
+  // Ranks that do not keep the snapshot take part in the gathers and hold nothing.
+  const OptimizerSnapshot dropped = b.snapshot(false);
+  EXPECT_TRUE(dropped.state.empty() && dropped.master.empty());
+
+  // Resume: rank 0 writes the whole state; a fresh sharded optimizer over fresh weights
+  // reads its shares back and takes the same next step as the unsharded one.
+  const std::string file = (std::filesystem::temp_directory_path() / "uly_zero_test_optimizer.safetensors").string();
+  if (c.rank() == 0) write_safetensors(file, sb.state, {{"steps_taken", "3"}});
+  c.barrier();
+  LlamaWeights resumed(folder.config());
+  resumed.load(folder, *backend);
+  AdamW r(resumed, *backend, oc, &c);
+  r.load_state(file, 3);
+  EXPECT_EQ(sum_over_ranks(values_differing(whole, resumed)), 0) << "weights after load_state";
+  fill_grads(whole, 4);
+  fill_grads(resumed, 4);
+  a.step();
+  r.step();
+  EXPECT_EQ(sum_over_ranks(values_differing(whole, resumed)), 0) << "the step after resuming";
+  c.barrier();
+  if (c.rank() == 0) std::filesystem::remove(file);
+}
+
+}  // namespace
+}  // namespace ulysses::test
+
+int main(int argc, char** argv) { return ulysses::test::run_mpi_tests(argc, argv); }
