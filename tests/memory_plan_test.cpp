@@ -10,6 +10,7 @@
 #include "test_util.h"
 #include "model/llama.h"
 #include "train/memory_plan.h"
+#include "train/optimizer.h"
 #include "train/step.h"
 
 namespace ulysses::test {
@@ -102,6 +103,51 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
     for (int i = 0; i < kNumMemTags; ++i) EXPECT_EQ(p.tags[i].peak, m.tags[i].peak) << mem_tag_name(MemTag(i));
     EXPECT_GT(m.device.peak, 0u);
   }
+}
+
+// AdamW's state as the trainer places it (whole, rank 0's ZeRO-1 share of 4, offloaded to the
+// host, both): planned == measured over a step and an update, and where it goes.
+TEST(MemoryPlan, OptimizerPlacementIsPlanned) {
+  const ModelConfig c = small_config(2);
+  StepOptions o;
+  o.checkpoint = true;
+  size_t whole_optimizer = 0;
+  for (int shards : {1, 4})
+    for (bool offload : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "shards " << shards << " offload " << offload);
+      auto world = make_self_communicator();
+      ProcessMesh mesh(*world, 1);
+      auto group = make_simulated_communicator(shards, 0);
+      auto backend = make_cpu_backend();
+      MemorySnapshot m;
+      {
+        LlamaWeights w(c);
+        w.init_random(*backend, 1);
+        AdamW opt(w, *backend, OptimizerConfig{}, {group.get(), offload});
+        LlamaModel model(w, *backend, mesh.sp(), o);
+        compute_loss_and_grads(model, w, *backend, mesh, patterned_batch(200, c.vocab_size, 50));
+        opt.step();
+        m = MemorySnapshot::of(backend->pools());
+      }
+      PlanRequest r;
+      r.config = c;
+      r.seq_len = 200;
+      r.options = o;
+      r.documents = 4;
+      r.optimizer = true;
+      r.optimizer_shards = shards;
+      r.optimizer_offload = offload;
+      const MemorySnapshot p = plan_step_memory(r);
+      for (int i = 0; i < kNumPools; ++i) EXPECT_EQ(p.pools[i].peak, m.pools[i].peak) << pool_name(Pool(i));
+      EXPECT_EQ(p.device.peak, m.device.peak);
+      EXPECT_EQ(p.host.peak, m.host.peak);
+      const size_t state = m.peak(offload ? Pool::HostOptimizer : Pool::Optimizer);
+      EXPECT_EQ(m.peak(offload ? Pool::Optimizer : Pool::HostOptimizer), 0u);
+      if (shards == 1 && !offload) whole_optimizer = state;
+      if (!offload) EXPECT_NEAR(static_cast<double>(state), static_cast<double>(whole_optimizer) / shards,
+                                0.01 * static_cast<double>(whole_optimizer) / shards);
+      else EXPECT_GT(state, whole_optimizer / shards);  // the share, and the two host staging chunks
+    }
 }
 
 // Two-level checkpoints keep one host checkpoint per segment, and the segment's layer inputs

@@ -43,6 +43,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
   };
   for (auto& s : engine_option_specs())
     if (s.name != "memory-report") specs.push_back(s);
+  for (auto& s : optimizer_option_specs()) specs.push_back(s);
   Args args("bench", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("bench", specs);
@@ -57,6 +58,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
             "bench --find-max-seq finds the sequence length itself, for one sequence: leave out --seq and --batch");
   if (!find_max) check_tokens_fit_host("bench: a step", B * S, host_memory_available());
   const bool optimize = !args.has("no-optimizer");
+  const OptimizerChoice optimizer_choice = optimizer_choice_from(args, optimize, world.size());
   const bool profiling = args.has("profile");
 
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
@@ -74,20 +76,23 @@ int run_bench(int argc, char** argv, Communicator& world) {
     found.options = options;
     found.act_dtype = backend->act_dtype();
     found.device = backend->device();
-    found.optimizer = optimize;
+    plan_optimizer(found, optimizer_choice);
     found.runtime = backend.get();
     S = find_max_seq(args, found, backend.get(), options, world.rank() == 0);
     check_tokens_fit_host("bench: a step", S, host_memory_available());
     if (mesh.zigzag()) mesh.layout().check_length(S, "--find-max-seq's length");
   }
-  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimize, mesh.ring_size(),
+  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimizer_choice, mesh.ring_size(),
                             mesh.zigzag()))
     return 0;
 
   LlamaWeights weights(config);
   weights.init_random(*backend, 1234);
   std::unique_ptr<AdamW> optimizer;
-  if (optimize) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{});
+  if (optimize)
+    optimizer = std::make_unique<AdamW>(
+        weights, *backend, OptimizerConfig{},
+        OptimizerPlacement{optimizer_choice.shards > 1 ? &mesh.world() : nullptr, optimizer_choice.offload});
   LlamaModel model(weights, *backend, mesh, options);
 
   TokenBatch batch;
@@ -137,6 +142,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"sp_ring", mesh.ring_size()}, {"zigzag", mesh.zigzag()},
       {"backend", backend->name()}, {"comm", comm.get().name()},
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
+      {"zero", optimizer_choice.shards > 1 ? 1 : 0}, {"offload_optimizer", optimizer_choice.offload},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
       {"head_chunks", options.head_chunks},

@@ -129,8 +129,35 @@ bool keep_attention_auto(const Args& args) {
   return !args.has("keep-attention") || args.get("keep-attention", "on") == "auto";
 }
 
+std::vector<OptionSpec> optimizer_option_specs() {
+  return {
+      {"zero", true, false, "ZeRO stage over all ranks: 0 (default) = each rank holds the whole AdamW state; 1 = the "
+                            "state sharded, 1/ranks each (stages 2 and 3 are not built yet)"},
+      {"offload-optimizer", false, false, "keep the AdamW state (fp32 master, m, v) in pinned host memory and run "
+                                          "the update on the CPU"},
+  };
+}
+
+OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks) {
+  const int64_t zero = args.get_int("zero", 0, IntRange{0, 1, "ZeRO stage; stages 2 and 3 are not built yet"});
+  OptimizerChoice c;
+  c.included = included;
+  ULY_CHECK(included || (zero == 0 && !args.has("offload-optimizer")),
+            "--zero and --offload-optimizer place the optimizer's state; this step has no optimizer"
+            " (drop --no-optimizer, or drop them)");
+  c.shards = zero >= 1 ? ranks : 1;
+  c.offload = args.has("offload-optimizer");
+  return c;
+}
+
+void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer) {
+  req.optimizer = optimizer.included;
+  req.optimizer_shards = optimizer.shards;
+  req.optimizer_offload = optimizer.offload;
+}
+
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           StepOptions& options, bool with_optimizer, int ring, bool zigzag) {
+                           StepOptions& options, const OptimizerChoice& optimizer, int ring, bool zigzag) {
   PlanRequest req;
   req.config = config;
   req.seq_len = seq_len;
@@ -140,7 +167,7 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   req.options = options;
   req.act_dtype = backend.act_dtype();
   req.device = backend.device();
-  req.optimizer = with_optimizer;
+  plan_optimizer(req, optimizer);
   req.runtime = &backend;
   size_t device_available = backend.device_memory_available();
   if (args.has("memory-limit"))

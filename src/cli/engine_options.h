@@ -28,12 +28,26 @@ ModelConfig model_config_from(const Args& args, const std::string& command);
 // Whether --keep-attention is left to the plan (not given, or auto).
 bool keep_attention_auto(const Args& args);
 
+// The optimizer a command's step includes: none (loss-grad), or AdamW placed by
+// --zero and --offload-optimizer (bench, plan; the train config has zero: and offload_optimizer:).
+struct OptimizerChoice {
+  bool included = false;
+  int shards = 1;        // ranks sharing its state (--zero 1: all ranks)
+  bool offload = false;  // --offload-optimizer: the state in host memory, the update on the CPU
+};
+std::vector<OptionSpec> optimizer_option_specs();
+// included: whether the step has an optimizer at all; ranks: the ranks --zero 1 shards over.
+OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks);
+// Adds the choice to a plan request.
+void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer);
+
 // Plans the step's memory (exact dry run) and refuses, with advice, a step that
 // cannot fit the device (or --memory-limit); with --dry-run prints the plan.
 // With checkpoints and --keep-attention auto, turns options.keep_attention on
 // when the plan with it fits. Returns true when the command should stop after the dry run.
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           StepOptions& options, bool with_optimizer = false, int ring = 1, bool zigzag = false);
+                           StepOptions& options, const OptimizerChoice& optimizer = {}, int ring = 1,
+                           bool zigzag = false);
 
 // plan --max-seq and bench --find-max-seq (cli/plan.cpp): the longest sequence whose plan fits the
 // device budget (--memory-limit GiB, or what `runtime` has free) and the host budget

@@ -42,8 +42,9 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), batch.S);
   StepOptions options = step_options_from(args);
-  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options,
-                            false, mesh.ring_size(), mesh.zigzag())) return 0;
+  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options, OptimizerChoice{},
+                            mesh.ring_size(), mesh.zigzag()))
+    return 0;
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 

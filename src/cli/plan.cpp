@@ -134,11 +134,14 @@ int run_plan(int argc, char** argv) {
       {"max-seq", false, false, "find the longest sequence that fits the device (--memory-limit, or the GPU here) and "
                                 "host (--host-mem-limit) budgets, for the options given and a ladder of others"},
       {"host-mem-limit", true, false, "host memory budget in GiB for --max-seq (default: what this host has available)"},
+      {"optimizer", false, false, "include AdamW's state (fp32 master and two moments; implied by --zero 1 and "
+                                  "--offload-optimizer)"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
     if (s.name != "dry-run" && s.name != "memory-report" && s.name != "no-reserve" && s.name != "comm")
       specs.push_back(s);
+  for (auto& s : optimizer_option_specs()) specs.push_back(s);
   Args args("plan", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("plan", specs);
@@ -155,6 +158,9 @@ int run_plan(int argc, char** argv) {
   const TokenLayout layout(req.sp, req.ring, req.zigzag);  // a ring degree that does not divide --sp: the error
   if (layout.zigzag() && req.seq_len > 0) layout.check_length(req.seq_len, "--seq");
   req.options = step_options_from(args);
+  // The planned ranks are the sequence-parallel group: --zero 1 shards over them.
+  plan_optimizer(req, optimizer_choice_from(args, args.has("optimizer") || args.has("zero") ||
+                                                      args.has("offload-optimizer"), req.sp));
   const std::string backend = backend_name_from(args);
   req.act_dtype = act_dtype_from(args);
   req.device = backend == "cuda" ? Device::CUDA : Device::CPU;

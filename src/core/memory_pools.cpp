@@ -16,6 +16,7 @@ const char* pool_name(Pool p) {
     case Pool::Checkpoints: return "checkpoints";
     case Pool::Working: return "working";
     case Pool::HostCheckpoints: return "host-checkpoints";
+    case Pool::HostOptimizer: return "host-optimizer";
   }
   return "?";
 }
@@ -30,7 +31,7 @@ const char* mem_tag_name(MemTag t) {
   return "?";
 }
 
-bool pool_on_host(Pool p) { return p == Pool::HostCheckpoints; }
+bool pool_on_host(Pool p) { return p == Pool::HostCheckpoints || p == Pool::HostOptimizer; }
 
 std::string format_bytes(size_t b) {
   char buf[64];

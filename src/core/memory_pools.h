@@ -21,8 +21,9 @@ enum class Pool : uint8_t {
   Checkpoints,      // per-layer activation checkpoints kept on the device
   Working,          // everything a layer needs while it runs (activations, logits tiles, comm buffers)
   HostCheckpoints,  // checkpoints offloaded to (pinned) host memory
+  HostOptimizer,    // AdamW's master weights, moments and gradient staging offloaded to (pinned) host memory
 };
-constexpr int kNumPools = 6;
+constexpr int kNumPools = 7;
 
 // Finer labels inside the pools, for the figures the memory techniques move:
 // set by a MemTagScope around the allocations they cover.

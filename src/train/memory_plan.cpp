@@ -48,7 +48,8 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
     // Rank 0 holds the largest share of sharded optimizer state (the last ranks' may be short).
     auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0);
     std::unique_ptr<AdamW> optimizer;
-    if (r.optimizer) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{}, optimizer_group.get());
+    if (r.optimizer) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{},
+                                    OptimizerPlacement{optimizer_group.get(), r.optimizer_offload});
     // The attention working set per rank is the scheme's own: Ulysses' gathered heads, the
     // ring's K/V blocks in flight and fp32 accumulators, or both (parallel/ring_attention.h).
     const ModelConfig& c = r.config;

@@ -24,27 +24,109 @@ namespace {
 // c = ceil(n / P) (the all-gather's equal blocks).
 int64_t piece(int64_t n, int P) { return (n + P - 1) / P; }
 
+// Elements per host round trip of the offloaded update (64 MiB of float32 each way).
+constexpr int64_t kHostChunk = int64_t{1} << 24;
+
 }  // namespace
 
-AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Communicator* shard_group)
-    : w_(weights), be_(backend), config_(config), group_(shard_group != nullptr && shard_group->size() > 1
-                                                          ? shard_group
-                                                          : nullptr) {
+AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, OptimizerPlacement placement)
+    : w_(weights),
+      be_(backend),
+      config_(config),
+      group_(placement.shard_group != nullptr && placement.shard_group->size() > 1 ? placement.shard_group : nullptr),
+      offload_(placement.offload) {
   const int P = shards(), r = group_ == nullptr ? 0 : group_->rank();
+  const Pool pool = offload_ ? Pool::HostOptimizer : Pool::Optimizer;
+  int64_t largest = 0;
   for (Parameter& p : w_.params()) {
     Slot s;
     const int64_t n = p.value.numel(), c = piece(n, P);
     s.lo = std::min(n, r * c);
     s.hi = std::min(n, s.lo + c);
-    s.master = be_.empty({s.hi - s.lo}, DType::F32, Pool::Optimizer);
-    s.m = be_.empty({s.hi - s.lo}, DType::F32, Pool::Optimizer);
-    s.v = be_.empty({s.hi - s.lo}, DType::F32, Pool::Optimizer);
-    be_.copy(s.master, part(p.value, s));
+    largest = std::max(largest, s.hi - s.lo);
+    s.master = be_.empty({s.hi - s.lo}, DType::F32, pool);
+    s.m = be_.empty({s.hi - s.lo}, DType::F32, pool);
+    s.v = be_.empty({s.hi - s.lo}, DType::F32, pool);
+    if (offload_) to_host(s.master, part(p.value, s));
+    else be_.copy(s.master, part(p.value, s));
     be_.zero(s.m);
     be_.zero(s.v);
     s.decay = p.shape.size() >= 2;
     slots_.push_back(std::move(s));
   }
+  if (offload_) {
+    host_ = make_cpu_backend();
+    const int64_t chunk = std::max<int64_t>(1, std::min(largest, kHostChunk));
+    for (int i = 0; i < 2; ++i) {
+      grad_stage_[i] = be_.empty({chunk}, DType::F32, Pool::HostOptimizer);
+      weight_stage_[i] = be_.empty({chunk}, DType::F32, Pool::HostOptimizer);
+    }
+  }
+}
+
+void AdamW::to_host(Tensor& dst, const Tensor& src) {
+  if (src.device() == Device::CPU || src.dtype() == DType::F32) {
+    be_.copy(dst, src);
+    return;
+  }
+  for (int64_t a = 0; a < src.numel(); a += kHostChunk) {
+    const int64_t b = std::min(src.numel(), a + kHostChunk);
+    Tensor f32 = be_.empty({b - a}, DType::F32);  // the cast runs on the device
+    be_.copy(f32, src.slice(a, b));
+    Tensor out = dst.slice(a, b);
+    be_.copy(out, f32);
+  }
+}
+
+void AdamW::update_on_host(AdamWParams a) {
+  struct Chunk {
+    size_t slot;
+    int64_t lo, hi;  // of the slot's elements
+  };
+  std::vector<Chunk> chunks;
+  const int64_t size = grad_stage_[0].numel();
+  for (size_t i = 0; i < slots_.size(); ++i)
+    for (int64_t lo = 0; lo < slots_[i].hi - slots_[i].lo; lo += size)
+      chunks.push_back({i, lo, std::min(slots_[i].hi - slots_[i].lo, lo + size)});
+  const auto grad_of = [&](const Chunk& c) { return part(w_.params()[c.slot].grad, slots_[c.slot]).slice(c.lo, c.hi); };
+  const bool device = w_.params().empty() ? false : w_.params()[0].value.device() != Device::CPU;
+  Tensor scratch[2];  // the new weights in float32 on the device, before the cast
+  uint64_t incoming = 0;
+  if (!chunks.empty()) {
+    Tensor g = grad_stage_[0].slice(0, chunks[0].hi - chunks[0].lo);
+    incoming = be_.copy_async(g, grad_of(chunks[0]));
+  }
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const Chunk& c = chunks[k];
+    Slot& s = slots_[c.slot];
+    Parameter& p = w_.params()[c.slot];
+    const int64_t n = c.hi - c.lo;
+    const int b = static_cast<int>(k % 2);
+    // Chunk k's gradient is here once the compute stream (which waits for it) has drained;
+    // that also retires chunk k - 2's weights, whose staging buffer this chunk reuses.
+    be_.wait_transfer(incoming);
+    be_.synchronize();
+    if (k + 1 < chunks.size()) {
+      Tensor g = grad_stage_[1 - b].slice(0, chunks[k + 1].hi - chunks[k + 1].lo);
+      incoming = be_.copy_async(g, grad_of(chunks[k + 1]));
+    }
+    Tensor g = grad_stage_[b].slice(0, n), w = weight_stage_[b].slice(0, n);
+    Tensor master = s.master.slice(c.lo, c.hi), m = s.m.slice(c.lo, c.hi), v = s.v.slice(c.lo, c.hi);
+    a.weight_decay = s.decay ? config_.weight_decay : 0.0;
+    host_->adamw_step(master, m, v, w, g, a);
+    Tensor dst = part(p.value, s).slice(c.lo, c.hi);
+    if (!device) {
+      be_.copy(dst, w);
+    } else if (dst.dtype() == DType::F32) {
+      be_.wait_transfer(be_.copy_async(dst, w));
+    } else {  // float32 to the device, rounded to the compute dtype there
+      if (!scratch[b].defined()) scratch[b] = be_.empty({size}, DType::F32);
+      Tensor f32 = scratch[b].slice(0, n);
+      be_.wait_transfer(be_.copy_async(f32, w));
+      be_.copy(dst, f32);
+    }
+  }
+  be_.synchronize();  // the staging buffers are free again when step() returns
 }
 
 Tensor AdamW::part(const Tensor& t, const Slot& s) { return t.reshape({t.numel()}).slice(s.lo, s.hi); }
@@ -80,7 +162,8 @@ AdamW::StepInfo AdamW::step() {
   a.grad_scale = (config_.grad_clip > 0 && info.grad_norm > config_.grad_clip)
                      ? config_.grad_clip / (info.grad_norm + 1e-6)
                      : 1.0;
-  for (size_t i = 0; i < slots_.size(); ++i) {
+  if (offload_) update_on_host(a);
+  for (size_t i = 0; i < slots_.size() && !offload_; ++i) {
     Parameter& p = w_.params()[i];
     Slot& s = slots_[i];
     if (s.hi == s.lo) continue;

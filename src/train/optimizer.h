@@ -6,6 +6,7 @@
 // are whole on every rank (all-reduced by the step), so the update, elementwise,
 // is bit-identical to the unsharded one.
 #pragma once
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,13 +34,21 @@ struct OptimizerSnapshot {
   int64_t steps_taken = 0;
 };
 
+// Where the optimizer's state lives and who updates it.
+struct OptimizerPlacement {
+  // ZeRO stage 1: the state sharded over these ranks (null or one rank: unsharded). The
+  // group must outlive the optimizer; every call below is then collective over it.
+  Communicator* shard_group = nullptr;
+  // The state in (pinned) host memory and the update on the CPU: each gradient comes to
+  // the host in chunks, AdamW runs there (all cores), the new weights go back.
+  bool offload = false;
+};
+
 class AdamW {
  public:
   // Allocates master (= the current weight values, in float32), m and v (zeros): for
-  // every element, or with a shard group of P ranks for this rank's 1/P of each
-  // parameter (the group must outlive the optimizer; every call below is then
-  // collective over it).
-  AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Communicator* shard_group = nullptr);
+  // every element, or with a shard group of P ranks for this rank's 1/P of each parameter.
+  AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, OptimizerPlacement placement = {});
   // Master weights from a model folder's stored tensors (exact, whatever the compute dtype).
   void load_master(const ModelFolder& folder);
 
@@ -77,10 +86,19 @@ class AdamW {
   Tensor gather(const Tensor& shard, const Slot& s, const Shape& shape) const;
   // Every rank's updated part of p.value into every rank's p.value.
   void all_gather_weights(Parameter& p, const Slot& s);
+  // dst (host, float32) <- src (the backend's, any float dtype), converted on the device in chunks.
+  void to_host(Tensor& dst, const Tensor& src);
+  // The offloaded update of every slot, as a pipeline over chunks: chunk k + 1's gradient
+  // comes to the host (transfer stream) while the CPU updates chunk k, whose new weights go
+  // back (transfer stream, then the cast to the compute dtype on the device) during k + 1.
+  void update_on_host(AdamWParams a);
   LlamaWeights& w_;
   Backend& be_;
   OptimizerConfig config_;
   Communicator* group_;  // null: unsharded
+  bool offload_;
+  std::unique_ptr<Backend> host_;  // runs the offloaded update
+  Tensor grad_stage_[2], weight_stage_[2];  // host float32 chunks (offload), double-buffered
   std::vector<Slot> slots_;
   int64_t steps_ = 0;
 };

@@ -56,6 +56,7 @@ struct TrainConfig {
   std::string dtype = "bf16";  // on cuda: bf16 | fp32
   std::string comm = "mpi";    // mpi | nccl (see parallel/step_communicator.h)
   int zero = 0;                // ZeRO stage: 1 shards the AdamW state over all ranks (train/optimizer.h)
+  bool offload_optimizer = false;  // AdamW state in pinned host memory, the update on the CPU
   StepOptions memory;
 
   nlohmann::json as_json;  // the effective configuration, for the run folder

@@ -174,6 +174,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.device = backend->device();
   plan.optimizer = true;
   plan.optimizer_shards = cfg.zero >= 1 ? world.size() : 1;
+  plan.optimizer_offload = cfg.offload_optimizer;
   plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
   plan.runtime = backend.get();
   const MemorySnapshot planned = plan_step_memory(plan);
@@ -208,7 +209,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   oc.beta2 = cfg.beta2;
   oc.eps = cfg.eps;
   oc.grad_clip = cfg.grad_clip;
-  AdamW optimizer(weights, *backend, oc, cfg.zero >= 1 ? &mesh.world() : nullptr);
+  AdamW optimizer(weights, *backend, oc, {cfg.zero >= 1 ? &mesh.world() : nullptr, cfg.offload_optimizer});
   if (folder) optimizer.load_master(*folder);
 
   const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size(), mesh.ring_size(),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ulysses bench --profile on CPU: the table names the op families, and the
-# families cover at least 95% of the step (the acceptance bar of the profile).
+# families cover at least 95% of the step (the acceptance bar of the profile);
+# --zero and --offload-optimizer place the optimizer, in the step and in the plan.
 source "$(dirname "$0")/lib.sh" "$@"
 cd "$TMP"
 
@@ -37,4 +38,18 @@ run --profile --checkpoint > ckpt.txt 2>&1 && grep -q -E "^recompute +[0-9]" ckp
   || fail "recompute and checkpoint store families"
 run > plain.txt 2>&1 && ! grep -q '"profile"' plain.txt && ! grep -q "^accounted" plain.txt \
   && pass "no profile without --profile" || fail "no profile without --profile"
+
+# The optimizer's state offloaded to host memory: the step runs, says so, and the plan moves the
+# state from the device's optimizer pool to the host's.
+run --offload-optimizer --zero 1 > offload.txt 2>&1 && grep -q '"offload_optimizer":true' offload.txt \
+  && pass "bench --offload-optimizer --zero 1 runs" || { fail "bench --offload-optimizer"; tail -5 offload.txt; }
+if "$ULYSSES" plan --shape tiny --seq 256 --offload-optimizer > plan_off.txt 2>&1 \
+   && "$ULYSSES" plan --shape tiny --seq 256 --optimizer > plan_on.txt 2>&1 \
+   && grep -q -E "^  optimizer +device +0 B" plan_off.txt && grep -q -E "^  host-optimizer +host +[1-9]" plan_off.txt \
+   && grep -q -E "^  optimizer +device +[1-9]" plan_on.txt && grep -q -E "^  host-optimizer +host +0 B" plan_on.txt
+then pass "plan: --offload-optimizer puts AdamW's state in host memory"; else fail "plan --offload-optimizer"; fi
+expect_error "bench: --zero 2 is refused" "--zero must be in \\[0, 1\\].*stages 2 and 3 are not built yet" \
+  "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --zero 2
+expect_error "bench: --offload-optimizer without an optimizer" "this step has no optimizer" \
+  "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --no-optimizer --offload-optimizer
 finish

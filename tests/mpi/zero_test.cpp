@@ -2,8 +2,9 @@
 // the world updates the weights bit-identically to the unsharded optimizer (the
 // update is elementwise and the gradients are whole on every rank), its snapshot
 // is the whole state, and a sharded run resumes from it (on any number of ranks:
-// the file holds whole tensors) with the same following updates. np 3 exercises
-// parameters that do not divide into equal blocks.
+// the file holds whole tensors) with the same following updates; the same with the
+// state offloaded to host memory. np 3 exercises parameters that do not divide into
+// equal blocks.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -52,11 +53,14 @@ int64_t snapshots_differing(const OptimizerSnapshot& a, const OptimizerSnapshot&
   return wrong;
 }
 
-TEST(Zero, ShardedAdamWEqualsUnsharded) {
+// offload: the sharded optimizer's state also in host memory, updated by the CPU backend.
+// lagging: the backend's asynchronous copies land only when waited for (as a late transfer
+// stream would), so the offloaded pipeline must wait for each before using it.
+void check_sharded_equals_unsharded(bool offload, bool lagging = false) {
   Communicator& c = world();
   const std::string dir = fixtures_dir() + "/gqa/model";
   ModelFolder folder = ModelFolder::open(dir);
-  auto backend = make_cpu_backend();
+  auto backend = make_cpu_backend(lagging);
   LlamaWeights whole(folder.config()), sharded(folder.config());
   whole.load(folder, *backend);
   sharded.load(folder, *backend);
@@ -64,7 +68,7 @@ TEST(Zero, ShardedAdamWEqualsUnsharded) {
   oc.warmup_steps = 1;
   oc.total_steps = 5;
   oc.grad_clip = 5.0;  // the gradients above have norms around 10: clipped
-  AdamW a(whole, *backend, oc), b(sharded, *backend, oc, &c);
+  AdamW a(whole, *backend, oc), b(sharded, *backend, oc, {&c, offload});
   a.load_master(folder);
   b.load_master(folder);
   EXPECT_EQ(b.shards(), c.size());
@@ -92,7 +96,7 @@ TEST(Zero, ShardedAdamWEqualsUnsharded) {
   c.barrier();
   LlamaWeights resumed(folder.config());
   resumed.load(folder, *backend);
-  AdamW r(resumed, *backend, oc, &c);
+  AdamW r(resumed, *backend, oc, {&c, offload});
   r.load_state(file, 3);
   EXPECT_EQ(sum_over_ranks(values_differing(whole, resumed)), 0) << "weights after load_state";
   fill_grads(whole, 4);
@@ -103,6 +107,12 @@ TEST(Zero, ShardedAdamWEqualsUnsharded) {
   c.barrier();
   if (c.rank() == 0) std::filesystem::remove(file);
 }
+
+TEST(Zero, ShardedAdamWEqualsUnsharded) { check_sharded_equals_unsharded(false); }
+
+TEST(Zero, OffloadedShardedAdamWEqualsUnsharded) { check_sharded_equals_unsharded(true); }
+
+TEST(Zero, OffloadedWithLateTransfersEqualsUnsharded) { check_sharded_equals_unsharded(true, /*lagging=*/true); }
 
 }  // namespace
 }  // namespace ulysses::test
