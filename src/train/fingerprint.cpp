@@ -68,10 +68,13 @@ json run_fingerprint(const TrainConfig& c, const ModelConfig& m, const Checkpoin
             {"optimizer", cfg["optimizer"]}}}};
 }
 
-void check_resume_fingerprint(const json& recorded, const json& current, const std::string& checkpoint) {
+void check_resume_fingerprint(const json& recorded, const json& current, const std::string& checkpoint,
+                              bool ignore_mesh) {
   std::map<std::string, json> was, now;
   flatten(recorded, "", was);
   flatten(current, "", now);
+  if (ignore_mesh)
+    for (auto* m : {&was, &now}) std::erase_if(*m, [](const auto& kv) { return kv.first.rfind("mesh.", 0) == 0; });
   std::vector<std::string> differ;
   for (const auto& [k, v] : now)
     if (auto it = was.find(k); it == was.end() || it->second != v) differ.push_back(k);

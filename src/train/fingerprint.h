@@ -28,7 +28,9 @@ nlohmann::json run_fingerprint(const TrainConfig& config, const ModelConfig& mod
 
 // Throws an Error naming the first key whose value differs (with both values) and how
 // many others differ; `checkpoint` names the folder the recorded one comes from.
+// ignore_mesh: the mesh may differ (a resume that reshards: the same maths, summed in
+// another order).
 void check_resume_fingerprint(const nlohmann::json& recorded, const nlohmann::json& current,
-                              const std::string& checkpoint);
+                              const std::string& checkpoint, bool ignore_mesh = false);
 
 }  // namespace ulysses

@@ -47,6 +47,8 @@ log_every: 1
 tensorboard: true       # TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl
 out_dir: runs/train     # metrics.jsonl, events.out.tfevents.*, checkpoints/, loss.png
 resume: false           # continue from out_dir's latest complete checkpoint
+reshard: false          # with resume: accept a checkpoint written on another mesh (ranks, sp, sp_ring, zigzag);
+                        # the run goes on with the same data and maths, summed in another order (not bit for bit)
 overwrite: false        # a fresh run may write into an out_dir that holds another run's results
 save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat16, float16 or float32); masters stay fp32
 keep_last: 0            # > 0: keep only the newest N checkpoints (never removing the one 'latest' names)
@@ -320,6 +322,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.tensorboard = cfg["tensorboard"];
   c.out_dir = cfg["out_dir"];
   c.resume = cfg["resume"];
+  c.reshard = cfg["reshard"];
   c.overwrite = cfg["overwrite"];
   c.save_dtype = cfg["save_dtype"];
   c.keep_last = cfg["keep_last"];

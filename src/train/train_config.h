@@ -44,6 +44,7 @@ struct TrainConfig {
   bool tensorboard = true;  // TensorBoard event files beside metrics.jsonl
   std::string out_dir = "runs/train";
   bool resume = false;
+  bool reshard = false;  // resume: a checkpoint of another mesh is accepted (train/trainer.cpp)
   bool overwrite = false;  // a fresh run may write over another run's results in out_dir
   std::string save_dtype = "bfloat16";  // float32 | bfloat16 | float16
   int64_t keep_last = 0;                // > 0: only the newest N checkpoints are kept

@@ -239,15 +239,24 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (out_dir / "checkpoints").string()
                                                             << " holds no complete checkpoint");
     const TrainerState st = read_trainer_state(*ckpt);
-    ULY_CHECK(st.mesh.world == mesh.world_size() && st.mesh.sp == mesh.sp_size(),
-              *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << "); this run has "
-                    << mesh.world_size() << " ranks (sp " << mesh.sp_size()
-                    << "): resume on the same mesh (resharding is not supported yet)");
+    // The checkpoint holds whole tensors and a global data position, so any mesh can take it
+    // up; only the order of the sums changes, which is why it takes reshard=true.
+    const bool same_mesh = st.mesh.world == mesh.world_size() && st.mesh.sp == mesh.sp_size() &&
+                           (st.fingerprint.is_null() || st.fingerprint["mesh"] == fingerprint["mesh"]);
+    ULY_CHECK(same_mesh || cfg.reshard,
+              *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << ") and this run has "
+                    << mesh.world_size() << " ranks (sp " << mesh.sp_size() << ", " << mesh.describe()
+                    << "): resume on the same mesh for a bit-exact continuation, or add reshard=true to continue "
+                       "on this one (the same maths, summed in another order)");
+    if (!same_mesh && rank0)
+      ULY_WARN("resuming " << *ckpt << " (" << st.mesh.world << " ranks, sp " << st.mesh.sp << ") on "
+                           << mesh.describe() << ": the following steps equal the original run's up to the order "
+                           << "of sums, not bit for bit");
     if (st.fingerprint.is_null())
       ULY_WARN(*ckpt << " records no fingerprint (written by an older version): the model, data and settings "
                         "cannot be checked against it");
     else
-      check_resume_fingerprint(st.fingerprint, fingerprint, *ckpt);
+      check_resume_fingerprint(st.fingerprint, fingerprint, *ckpt, /*ignore_mesh=*/!same_mesh);
     optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
     train->restore(st.loader);
     start_step = st.step;
