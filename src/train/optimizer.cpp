@@ -207,6 +207,9 @@ std::vector<std::string> AdamW::nonfinite_gradients() const {
 Tensor AdamW::gather(const Tensor& shard, const Slot& s, const Shape& shape) const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  // Whole and already in host memory (offloaded, or the CPU backend): a view, not a copy (for
+  // the 8B shape the offloaded state is 89 GiB of the host's memory; a copy would not fit).
+  if (group_ == nullptr && shard.device() == Device::CPU) return shard.reshape(shape);
   Tensor whole = Tensor::empty(shape, DType::F32);
   if (group_ == nullptr) {
     Tensor flat = whole.reshape({n});

@@ -68,7 +68,8 @@ class AdamW {
   int shards() const { return group_ == nullptr ? 1 : group_->size(); }
 
   // The whole state as host tensors, on the ranks that keep it (the one that writes the
-  // checkpoint); collective when sharded, so every rank of the group calls it.
+  // checkpoint); collective when sharded, so every rank of the group calls it. State
+  // already whole in host memory is returned as views of it: valid until the next step().
   OptimizerSnapshot snapshot(bool keep) const;
   // Reads optimizer.safetensors (whole tensors, whatever group wrote them) and takes this
   // rank's part; the weights follow the masters exactly.

@@ -278,6 +278,15 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   ULY_INFO("train: " << mesh.describe() << ", backend " << backend->name() << ", " << weights.num_elements()
                      << " parameters, " << rows << " x " << cfg.seq_len << " tokens per step, " << cfg.steps
                      << " steps, data " << train->describe());
+  if (rank0 && (optimizer.shards() > 1 || cfg.offload_optimizer))
+    ULY_INFO("train: AdamW state " << format_bytes(planned.peak(cfg.offload_optimizer ? Pool::HostOptimizer
+                                                                                        : Pool::Optimizer))
+                                   << " per rank"
+                                   << (optimizer.shards() > 1
+                                           ? " (ZeRO stage 1: 1/" + std::to_string(optimizer.shards()) + " of it)"
+                                           : std::string())
+                                   << (cfg.offload_optimizer ? ", in pinned host memory, updated on the CPU"
+                                                             : ", on the device"));
 
   const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
   std::unique_ptr<AppendFile> metrics;
