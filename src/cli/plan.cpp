@@ -37,6 +37,16 @@ std::string options_text(const StepOptions& o) {
   return s.empty() ? "(none)" : s;
 }
 
+// Which optimizer state the plan counts: said on every plan, since it is most of a full step's memory.
+std::string optimizer_text(const PlanRequest& r) {
+  if (!r.optimizer)
+    return "none (forward + backward only; --optimizer, --zero 1 or --offload-optimizer count AdamW's state)";
+  std::string s = "AdamW state (fp32 master, m, v)";
+  if (r.optimizer_shards > 1) s += ", ZeRO stage 1: 1/" + std::to_string(r.optimizer_shards) + " of it per rank";
+  s += r.optimizer_offload ? ", in host memory (--offload-optimizer)" : ", on the device";
+  return s;
+}
+
 }  // namespace
 
 // The longest sequence for the options given and for a ladder of the usual combinations,
@@ -185,6 +195,7 @@ int run_plan(int argc, char** argv) {
             << ", sequence " << req.seq_len << ", sp " << req.sp
             << (req.ring > 1 ? " (ring " + std::to_string(req.ring) + (req.zigzag ? ", zigzag)" : ")") : "")
             << ", backend " << backend << "\n"
+            << "optimizer: " << optimizer_text(req) << "\n"
             << memory_report(m, local_tokens(req), req.config.hidden_size) << peak_items_report(m);
   if (req.device == Device::CUDA && !runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's, chosen on the GPU, "

@@ -46,8 +46,10 @@ run --offload-optimizer --zero 1 > offload.txt 2>&1 && grep -q '"offload_optimiz
 if "$ULYSSES" plan --shape tiny --seq 256 --offload-optimizer > plan_off.txt 2>&1 \
    && "$ULYSSES" plan --shape tiny --seq 256 --optimizer > plan_on.txt 2>&1 \
    && grep -q -E "^  optimizer +device +0 B" plan_off.txt && grep -q -E "^  host-optimizer +host +[1-9]" plan_off.txt \
-   && grep -q -E "^  optimizer +device +[1-9]" plan_on.txt && grep -q -E "^  host-optimizer +host +0 B" plan_on.txt
-then pass "plan: --offload-optimizer puts AdamW's state in host memory"; else fail "plan --offload-optimizer"; fi
+   && grep -q -E "^  optimizer +device +[1-9]" plan_on.txt && grep -q -E "^  host-optimizer +host +0 B" plan_on.txt \
+   && grep -q "^optimizer: AdamW state.*in host memory" plan_off.txt && grep -q "^optimizer: AdamW state.*on the device" plan_on.txt \
+   && "$ULYSSES" plan --shape tiny --seq 256 | grep -q "^optimizer: none"
+then pass "plan: --offload-optimizer puts AdamW's state in host memory, and every plan says which state it counts"; else fail "plan --offload-optimizer"; fi
 expect_error "bench: --zero 2 is refused" "--zero must be in \\[0, 1\\].*stages 2 and 3 are not built yet" \
   "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --zero 2
 expect_error "bench: --offload-optimizer without an optimizer" "this step has no optimizer" \
