@@ -141,10 +141,10 @@ size_t pick_unit(const std::vector<size_t>& values, size_t limit) {
 // receive got the element count it expected (a mismatch means the ranks disagree).
 class MpiRequest final : public CommRequest {
  public:
-  // capacity: the most calls this request will hold (add() hands out pointers into one array).
-  MpiRequest(std::string what, size_t capacity) : what_(std::move(what)) {
+  // type: of every call's elements; capacity: the most calls this request will hold
+  // (add() hands out pointers into one array).
+  MpiRequest(std::string what, MPI_Datatype type, size_t capacity) : what_(std::move(what)), type_(type) {
     requests_.reserve(capacity);
-    types_.reserve(capacity);
     expected_.reserve(capacity);
   }
   ~MpiRequest() override {
@@ -156,10 +156,9 @@ class MpiRequest final : public CommRequest {
   }
   // The slot for one more call's request; expect: the elements a receive must bring
   // (SIZE_MAX for sends and collectives: nothing to check).
-  MPI_Request* add(MPI_Datatype type, size_t expect = SIZE_MAX) {
+  MPI_Request* add(size_t expect = SIZE_MAX) {
     ULY_CHECK(requests_.size() < requests_.capacity(), what_ << ": more MPI calls than reserved");
     requests_.push_back(MPI_REQUEST_NULL);
-    types_.push_back(type);
     expected_.push_back(expect);
     return &requests_.back();
   }
@@ -167,14 +166,14 @@ class MpiRequest final : public CommRequest {
     if (requests_.empty()) return;
     std::vector<MPI_Status> st(requests_.size());
     const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), st.data());
-    const std::vector<MPI_Datatype> types = std::move(types_);
     const std::vector<size_t> expected = std::move(expected_);
+    expected_.clear();
     requests_.clear();
     ULY_MPI_CHECK(rc, "MPI_Waitall(" << what_ << ")");
     for (size_t i = 0; i < st.size(); ++i) {
       if (expected[i] == SIZE_MAX) continue;
       int got = 0;
-      ULY_MPI_CHECK(MPI_Get_count(&st[i], types[i], &got), "MPI_Get_count");
+      ULY_MPI_CHECK(MPI_Get_count(&st[i], type_, &got), "MPI_Get_count");
       ULY_CHECK(static_cast<size_t>(got) == expected[i], what_ << " expected " << expected[i] << " elements but got "
                                                                << got << ": the ranks disagree on the size");
     }
@@ -182,8 +181,8 @@ class MpiRequest final : public CommRequest {
 
  private:
   std::string what_;
+  MPI_Datatype type_;
   std::vector<MPI_Request> requests_;
-  std::vector<MPI_Datatype> types_;
   std::vector<size_t> expected_;
 };
 
@@ -392,11 +391,11 @@ class MpiCommunicator final : public Communicator {
     if (!in_place) check_disjoint("all_reduce", send, count * es, recv, count * es);
     auto request = std::make_unique<MpiRequest>(
         "MPI_Iallreduce(" + std::to_string(count) + " " + dtype_name(dtype) + ", " + std::to_string(size_) + " ranks)",
-        (count + g_max_count - 1) / g_max_count);
+        T, (count + g_max_count - 1) / g_max_count);
     for (size_t off = 0; off < count; off += g_max_count) {
       const size_t c = std::min(g_max_count, count - off);
       ULY_MPI_CHECK(MPI_Iallreduce(in_place ? MPI_IN_PLACE : cptr(send, off * es), ptr(recv, off * es),
-                                   static_cast<int>(c), T, mpi_op(op), comm_, request->add(T)),
+                                   static_cast<int>(c), T, mpi_op(op), comm_, request->add()),
                     "MPI_Iallreduce(" << op_name(op) << ", " << c << " " << dtype_name(dtype) << ", " << size_
                                       << " ranks)");
     }
@@ -412,20 +411,20 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype T = mpi_type(dtype);
     const size_t L = g_max_count;
     auto request = std::make_unique<MpiRequest>(
-        "sendrecv from rank " + std::to_string(source) + " (tag " + std::to_string(tag) + ")",
+        "sendrecv from rank " + std::to_string(source) + " (tag " + std::to_string(tag) + ")", T,
         (send_count + L - 1) / L + (recv_count + L - 1) / L + 2);
     // Slices in order on one (peer, tag), as sendrecv sends them: MPI does not let messages overtake.
     size_t off = 0;
     do {
       const size_t c = std::min(L, recv_count - off);
-      ULY_MPI_CHECK(MPI_Irecv(ptr(recv, off * es), static_cast<int>(c), T, source, tag, comm_, request->add(T, c)),
+      ULY_MPI_CHECK(MPI_Irecv(ptr(recv, off * es), static_cast<int>(c), T, source, tag, comm_, request->add(c)),
                     "MPI_Irecv(" << c << " " << dtype_name(dtype) << " from rank " << source << ", tag " << tag << ")");
       off += c;
     } while (off < recv_count);
     off = 0;
     do {
       const size_t c = std::min(L, send_count - off);
-      ULY_MPI_CHECK(MPI_Isend(cptr(send, off * es), static_cast<int>(c), T, dest, tag, comm_, request->add(T)),
+      ULY_MPI_CHECK(MPI_Isend(cptr(send, off * es), static_cast<int>(c), T, dest, tag, comm_, request->add()),
                     "MPI_Isend(" << c << " " << dtype_name(dtype) << " to rank " << dest << ", tag " << tag << ")");
       off += c;
     } while (off < send_count);

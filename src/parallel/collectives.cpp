@@ -59,6 +59,15 @@ CommHandle staged(Communicator& comm, Backend& backend, const Tensor& send, Tens
   return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{hs, send}, hr, recv);
 }
 
+// staged() for a blocking call `call(send_buffer, recv_buffer)`: complete on return.
+template <class Call>
+void staged_now(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv, Call call) {
+  staged(comm, backend, send, recv, [&](const void* s, void* r) {
+    call(s, r);
+    return completed_request();
+  })->wait();
+}
+
 }  // namespace
 
 CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv,
@@ -85,10 +94,7 @@ void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor
             "all_to_all: send " << send.describe() << " and recv " << recv.describe() << " do not match for "
                                 << comm.size() << " ranks");
   const size_t count = static_cast<size_t>(send.numel() / comm.size());
-  staged(comm, backend, send, recv, [&](const void* s, void* r) {
-    comm.all_to_all(s, r, count, send.dtype());
-    return completed_request();
-  })->wait();
+  staged_now(comm, backend, send, recv, [&](const void* s, void* r) { comm.all_to_all(s, r, count, send.dtype()); });
 }
 
 void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv, int source) {
@@ -103,10 +109,7 @@ void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor
   ULY_CHECK(recv.numel() == send.numel() * comm.size() && send.dtype() == recv.dtype(),
             "all_gather: recv " << recv.describe() << " must hold " << comm.size() << " × send " << send.describe());
   const size_t count = static_cast<size_t>(send.numel());
-  staged(comm, backend, send, recv, [&](const void* s, void* r) {
-    comm.all_gather(s, r, count, send.dtype());
-    return completed_request();
-  })->wait();
+  staged_now(comm, backend, send, recv, [&](const void* s, void* r) { comm.all_gather(s, r, count, send.dtype()); });
 }
 
 void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
@@ -114,10 +117,8 @@ void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send
             "reduce_scatter: send " << send.describe() << " must hold " << comm.size() << " × recv "
                                     << recv.describe());
   const size_t count = static_cast<size_t>(recv.numel());
-  staged(comm, backend, send, recv, [&](const void* s, void* r) {
-    comm.reduce_scatter(s, r, count, send.dtype(), ReduceOp::Sum);
-    return completed_request();
-  })->wait();
+  staged_now(comm, backend, send, recv,
+             [&](const void* s, void* r) { comm.reduce_scatter(s, r, count, send.dtype(), ReduceOp::Sum); });
 }
 
 }  // namespace ulysses

@@ -89,7 +89,7 @@ void AdamW::update_on_host(AdamWParams a) {
     for (int64_t lo = 0; lo < slots_[i].hi - slots_[i].lo; lo += size)
       chunks.push_back({i, lo, std::min(slots_[i].hi - slots_[i].lo, lo + size)});
   const auto grad_of = [&](const Chunk& c) { return part(w_.params()[c.slot].grad, slots_[c.slot]).slice(c.lo, c.hi); };
-  const bool device = w_.params().empty() ? false : w_.params()[0].value.device() != Device::CPU;
+  const bool device = !w_.params().empty() && w_.params()[0].value.device() != Device::CPU;
   Tensor scratch[2];  // the new weights in float32 on the device, before the cast
   uint64_t incoming = 0;
   if (!chunks.empty()) {
@@ -162,36 +162,42 @@ AdamW::StepInfo AdamW::step() {
   a.grad_scale = (config_.grad_clip > 0 && info.grad_norm > config_.grad_clip)
                      ? config_.grad_clip / (info.grad_norm + 1e-6)
                      : 1.0;
-  if (offload_) update_on_host(a);
-  for (size_t i = 0; i < slots_.size() && !offload_; ++i) {
-    Parameter& p = w_.params()[i];
-    Slot& s = slots_[i];
-    if (s.hi == s.lo) continue;
-    a.weight_decay = s.decay ? config_.weight_decay : 0.0;
-    Tensor weight = part(p.value, s);
-    be_.adamw_step(s.master, s.m, s.v, weight, part(p.grad, s), a);
+  if (offload_) {
+    update_on_host(a);
+  } else {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Parameter& p = w_.params()[i];
+      Slot& s = slots_[i];
+      if (s.hi == s.lo) continue;
+      a.weight_decay = s.decay ? config_.weight_decay : 0.0;
+      Tensor weight = part(p.value, s);
+      be_.adamw_step(s.master, s.m, s.v, weight, part(p.grad, s), a);
+    }
   }
   if (group_ != nullptr) {
     prof.next("optimizer all-gather");
-    for (size_t i = 0; i < slots_.size(); ++i) all_gather_weights(w_.params()[i], slots_[i]);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Tensor flat = w_.params()[i].value.reshape({w_.params()[i].value.numel()});
+      all_gather_parts(flat, slots_[i]);
+    }
   }
   return info;
 }
 
-void AdamW::all_gather_weights(Parameter& p, const Slot& s) {
+void AdamW::all_gather_parts(Tensor& flat, const Slot& s) const {
   const int P = group_->size();
-  const int64_t n = p.value.numel(), c = piece(n, P), r = group_->rank();
-  Tensor flat = p.value.reshape({n});
+  const int64_t n = flat.numel(), c = piece(n, P), r = group_->rank();
   if (n == c * P) {  // equal blocks: in place, this rank's block already where it belongs
     all_gather(*group_, be_, flat.slice(s.lo, s.hi), flat);
     return;
   }
   // Blocks of c elements, the last ones short or empty: gathered through a padded buffer.
-  Tensor padded = be_.empty({c * P}, p.value.dtype());
+  Tensor padded = flat.device() == Device::CPU ? Tensor::empty({c * P}, flat.dtype())
+                                               : be_.empty({c * P}, flat.dtype());
   Tensor mine = padded.slice(r * c, r * c + c);
   if (s.hi > s.lo) {
     Tensor dst = mine.slice(0, s.hi - s.lo);
-    be_.copy(dst, part(p.value, s));
+    be_.copy(dst, flat.slice(s.lo, s.hi));
   }
   all_gather(*group_, be_, mine, padded);
   be_.copy(flat, padded.slice(0, n));
@@ -205,28 +211,17 @@ std::vector<std::string> AdamW::nonfinite_gradients() const {
 }
 
 Tensor AdamW::gather(const Tensor& shard, const Slot& s, const Shape& shape) const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
   // Whole and already in host memory (offloaded, or the CPU backend): a view, not a copy (for
   // the 8B shape the offloaded state is 89 GiB of the host's memory; a copy would not fit).
   if (group_ == nullptr && shard.device() == Device::CPU) return shard.reshape(shape);
+  // On the host (checkpoints are not the hot path).
   Tensor whole = Tensor::empty(shape, DType::F32);
-  if (group_ == nullptr) {
-    Tensor flat = whole.reshape({n});
-    be_.copy(flat, shard);
-    return whole;
-  }
-  // On the host (checkpoints are not the hot path): every rank's block, padded to c elements.
-  const int P = group_->size();
-  const int64_t c = piece(n, P);
-  Tensor mine = Tensor::empty({c}, DType::F32), all = Tensor::empty({c * P}, DType::F32);
-  std::fill(mine.data<float>(), mine.data<float>() + c, 0.0f);
+  Tensor flat = whole.reshape({whole.numel()});
   if (s.hi > s.lo) {
-    Tensor dst = mine.slice(0, s.hi - s.lo);
-    be_.copy(dst, shard);
+    Tensor mine = flat.slice(s.lo, s.hi);
+    be_.copy(mine, shard);
   }
-  group_->all_gather(mine.raw(), all.raw(), static_cast<size_t>(c), DType::F32);
-  std::copy(all.data<float>(), all.data<float>() + n, whole.data<float>());
+  if (group_ != nullptr) all_gather_parts(flat, s);
   return whole;
 }
 

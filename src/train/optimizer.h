@@ -85,8 +85,9 @@ class AdamW {
   static Tensor part(const Tensor& t, const Slot& s);
   // The whole of one of a slot's tensors on the host, in the parameter's shape.
   Tensor gather(const Tensor& shard, const Slot& s, const Shape& shape) const;
-  // Every rank's updated part of p.value into every rank's p.value.
-  void all_gather_weights(Parameter& p, const Slot& s);
+  // flat (a parameter's n elements, on the device or the host) holds this rank's part at
+  // [s.lo, s.hi); afterwards it holds every rank's part.
+  void all_gather_parts(Tensor& flat, const Slot& s) const;
   // dst (host, float32) <- src (the backend's, any float dtype), converted on the device in chunks.
   void to_host(Tensor& dst, const Tensor& src);
   // The offloaded update of every slot, as a pipeline over chunks: chunk k + 1's gradient

@@ -241,8 +241,11 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     const TrainerState st = read_trainer_state(*ckpt);
     // The checkpoint holds whole tensors and a global data position, so any mesh can take it
     // up; only the order of the sums changes, which is why it takes reshard=true.
+    const auto mesh_of = [](const nlohmann::json& f) {
+      return f.is_object() && f.contains("mesh") ? f.at("mesh") : nlohmann::json();
+    };
     const bool same_mesh = st.mesh.world == mesh.world_size() && st.mesh.sp == mesh.sp_size() &&
-                           (st.fingerprint.is_null() || st.fingerprint["mesh"] == fingerprint["mesh"]);
+                           (st.fingerprint.is_null() || mesh_of(st.fingerprint) == mesh_of(fingerprint));
     ULY_CHECK(same_mesh || cfg.reshard,
               *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << ") and this run has "
                     << mesh.world_size() << " ranks (sp " << mesh.sp_size() << ", " << mesh.describe()
