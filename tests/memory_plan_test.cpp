@@ -4,6 +4,7 @@
 // device pools flat as layers are added.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "comm/communicator.h"
@@ -30,7 +31,7 @@ MemorySnapshot measure(const ModelConfig& c, int64_t S, const StepOptions& o) {
   auto backend = make_cpu_backend();
   MemorySnapshot out;
   {
-    LlamaWeights w(c);
+    LlamaWeights w(c, o.grad_dtype);
     w.init_random(*backend, 1);
     LlamaModel model(w, *backend, mesh.sp(), o);
     const TokenBatch b = patterned_batch(S, c.vocab_size, 50);  // documents of 50 tokens
@@ -87,6 +88,15 @@ std::vector<StepOptions> option_combinations() {
     if (variant == 4) o.checkpoint = true, o.keep_attention = true;
     all.push_back(o);
   }
+  // bfloat16 gradient buffers (and their float32 scratch), plain and with the other options.
+  for (int variant = 0; variant < 4; ++variant) {
+    StepOptions o;
+    o.grad_dtype = DType::BF16;
+    if (variant == 1) o.mlp_tiles = 0, o.loss_tile_tokens = 64;
+    if (variant == 2) o.checkpoint = true, o.checkpoint_every = 2, o.offload_layers = -1;
+    if (variant == 3) o.head_chunks = 2, o.checkpoint = true, o.keep_attention = true;
+    all.push_back(o);
+  }
   return all;
 }
 
@@ -95,7 +105,8 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
   for (const StepOptions& o : option_combinations()) {
     SCOPED_TRACE(testing::Message() << "tiles " << o.mlp_tiles << " loss " << o.loss_tile_tokens << " ckpt "
                                     << o.checkpoint << " offload " << o.offload_layers << " keep " << o.keep_attention
-                                    << " every " << o.checkpoint_every << " head chunks " << o.head_chunks);
+                                    << " every " << o.checkpoint_every << " head chunks " << o.head_chunks
+                                    << " grads " << dtype_name(o.grad_dtype));
     const MemorySnapshot p = plan(c, 300, o), m = measure(c, 300, o);
     EXPECT_EQ(p.device.peak, m.device.peak);
     EXPECT_EQ(p.host.peak, m.host.peak);
@@ -164,6 +175,20 @@ TEST(MemoryPlan, TwoLevelCheckpointsStoreOnePerSegment) {
   EXPECT_EQ(b.peak(Pool::HostCheckpoints) * 2, a.peak(Pool::HostCheckpoints));
   EXPECT_EQ(a.peak(Pool::Checkpoints), 0u);
   EXPECT_EQ(b.peak(Pool::Checkpoints), size_t(S) * c.hidden_size * 4);  // one float32 [S, hidden] input
+}
+
+// bfloat16 gradient buffers take half the float32 ones' bytes, plus one float32 scratch of the
+// largest group of parameters: a layer's, lm_head's with the final norm, or the embedding's.
+TEST(MemoryPlan, Bf16GradientBuffersHalveTheGradients) {
+  const ModelConfig c = small_config(3);
+  const int64_t D = c.hidden_size, F = c.intermediate_size, Q = c.num_attention_heads * c.head_dim,
+                KV = c.num_key_value_heads * c.head_dim;
+  const int64_t layer = 2 * D + Q * D + 2 * KV * D + D * Q + 3 * F * D, head = c.vocab_size * D + D;
+  const size_t scratch = 4 * static_cast<size_t>(std::max(layer, head));
+  StepOptions bf16;
+  bf16.grad_dtype = DType::BF16;
+  const size_t f32_bytes = plan(c, 256, {}).peak(Pool::Gradients), bf16_bytes = plan(c, 256, bf16).peak(Pool::Gradients);
+  EXPECT_EQ(bf16_bytes, f32_bytes / 2 + scratch);
 }
 
 TEST(MemoryPlan, TiledLossKeepsLogitsFlat) {

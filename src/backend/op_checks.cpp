@@ -75,6 +75,14 @@ void OpCheck::accumulator(const Tensor& t, DType dt, const char* arg) const {
   dtype(t, be_.accumulator_dtype(dt), arg, std::string("the accumulator dtype for ") + dtype_name(dt) + " data");
 }
 
+void OpCheck::gradient(const Tensor& t, DType dt, const char* arg) const {
+  held(t, arg);
+  const DType acc = be_.accumulator_dtype(dt);
+  ULY_CHECK(t.dtype() == acc || t.dtype() == DType::BF16,
+            op_ << ": " << arg << " is " << t.describe() << ", expected a gradient buffer: " << dtype_name(acc)
+                << " (the accumulator dtype for " << dtype_name(dt) << " data) or bfloat16");
+}
+
 void OpCheck::index(const Tensor& t, DType want, const char* arg) const {
   reached(t, arg);
   ULY_CHECK(t.dtype() == want, op_ << ": " << arg << " is " << t.describe() << ", expected " << dtype_name(want));
@@ -384,13 +392,19 @@ void Backend::add(Tensor& y, const Tensor& a, const Tensor& b) {
   add_impl(y, a, b);
 }
 
-// y and x: one dtype, or one of them the other's accumulator dtype (y float32 += x bfloat16 on CUDA).
+// y and x: one dtype, or one of them the other's accumulator dtype (y float32 += x bfloat16 on CUDA),
+// or y a bfloat16 gradient buffer taking a float32 contribution (on every backend).
 void Backend::axpy(Tensor& y, const Tensor& x, double alpha) {
   const OpCheck c(*this, "axpy");
-  const DType yt = c.data(y, "y"), xt = c.data(x, "x");
-  ULY_CHECK(yt == xt || yt == accumulator_dtype(xt) || xt == accumulator_dtype(yt),
-            "axpy: y " << y.describe() << " and x " << x.describe()
-                       << " must share a dtype (or one be the other's accumulator dtype)");
+  if (y.dtype() == DType::BF16 && x.dtype() == DType::F32) {
+    c.held(y, "y");
+    c.held(x, "x");
+  } else {
+    const DType yt = c.data(y, "y"), xt = c.data(x, "x");
+    ULY_CHECK(yt == xt || yt == accumulator_dtype(xt) || xt == accumulator_dtype(yt),
+              "axpy: y " << y.describe() << " and x " << x.describe()
+                         << " must share a dtype (or one be the other's accumulator dtype)");
+  }
   ULY_CHECK(x.numel() == y.numel(),
             "axpy: y " << y.describe() << " and x " << x.describe() << " must have the same number of elements");
   axpy_impl(y, x, alpha);
@@ -401,11 +415,12 @@ double Backend::sum(const Tensor& x) {
   return sum_impl(x);
 }
 
-// x: on this backend's device in a data dtype, or (device backends) any float host tensor.
+// x: on this backend's device in a data dtype or a gradient buffer's (bfloat16 included), or
+// (device backends) any float host tensor.
 double Backend::sum_squares(const Tensor& x) {
   const OpCheck c(*this, "sum_squares");
   c.reached(x, "x");
-  if (holds(x)) c.data(x, "x");
+  if (holds(x) && x.dtype() != DType::BF16) c.data(x, "x");
   else ULY_CHECK(is_float(x.dtype()), "sum_squares: x is " << x.describe() << ", expected a float tensor");
   return sum_squares_impl(x);
 }
@@ -414,12 +429,14 @@ double Backend::sum_squares_all(const std::vector<const Tensor*>& xs) {
   const OpCheck c(*this, "sum_squares_all");
   for (const Tensor* t : xs) {
     ULY_CHECK(t != nullptr, "sum_squares_all: a null tensor pointer");
-    c.data(*t, "x");
+    if (t->dtype() == DType::BF16) c.held(*t, "x");  // a bfloat16 gradient buffer (any backend)
+    else c.data(*t, "x");
   }
   return sum_squares_all_impl(xs);
 }
 
-// master, m, v, grad: [n] in the accumulator dtype of weight's; weight: n elements in a data dtype.
+// master, m, v: [n] in the accumulator dtype of weight's; grad: [n], a gradient buffer (that dtype or
+// bfloat16); weight: n elements in a data dtype.
 void Backend::adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
                          const AdamWParams& p) {
   const OpCheck c(*this, "adamw_step");
@@ -427,7 +444,8 @@ void Backend::adamw_step(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, c
   const int64_t n = master.numel();
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&master, "master"}, {&m, "m"}, {&v, "v"},
                                 {&grad, "grad"}, {&weight, "weight"}}) {
-    if (t != &weight) c.accumulator(*t, wt, name);
+    if (t == &grad) c.gradient(*t, wt, name);
+    else if (t != &weight) c.accumulator(*t, wt, name);
     ULY_CHECK(t->numel() == n, "adamw_step: " << name << " is " << t->describe() << ", expected " << n
                                               << " elements like master " << master.describe());
   }

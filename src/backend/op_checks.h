@@ -29,6 +29,9 @@ class OpCheck {
   void same_dtype(const Tensor& t, const Tensor& ref, const char* arg, const char* ref_arg) const;
   // Held, in the accumulator dtype of data dtype dt (statistics, losses, weight gradients).
   void accumulator(const Tensor& t, DType dt, const char* arg) const;
+  // Held, a gradient buffer: the accumulator dtype of data dtype dt, or bfloat16 (reduced
+  // gradient buffers: LlamaWeights' grad_dtype; summed into in float32, stored rounded).
+  void gradient(const Tensor& t, DType dt, const char* arg) const;
   // Reached (host or held), of dtype want: ids, pos, targets (int32), inv_freq (float32).
   void index(const Tensor& t, DType want, const char* arg) const;
   // Held, of the shape and dtype of ref.

@@ -86,7 +86,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
                             mesh.zigzag()))
     return 0;
 
-  LlamaWeights weights(config);
+  LlamaWeights weights(config, options.grad_dtype);
   weights.init_random(*backend, 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize)
@@ -145,7 +145,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"zero", optimizer_choice.shards > 1 ? 1 : 0}, {"offload_optimizer", optimizer_choice.offload},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
-      {"head_chunks", options.head_chunks},
+      {"head_chunks", options.head_chunks}, {"grad_dtype", dtype_name(options.grad_dtype)},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},

@@ -37,6 +37,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {"keep-attention", true, true, "on|off|auto: with checkpoints, keep each layer's attention output and "
                                      "log-sum-exp on the device so that the recompute skips the attention (2 of its 9 "
                                      "FLOP units); auto (the default) keeps them when the plan with them fits"},
+      {"grad-dtype", true, false, "gradient buffers: float32 (default) or bfloat16 (half their memory: each layer's "
+                                  "gradients are summed in a float32 scratch, then rounded into the buffers once; "
+                                  "summed across ranks in float32)"},
       {"dry-run", false, false, "print the memory plan per pool and stop before allocating anything"},
       {"memory-limit", true, false, "refuse steps whose planned device peak exceeds this many GiB (default: the "
                                     "device's free memory)"},
@@ -62,6 +65,10 @@ StepOptions step_options_from(const Args& args) {
     o.checkpoint = true;
   }
   if (args.has("head-chunks")) o.head_chunks = args.get_int("head-chunks", 1, limits::kHeadChunks);
+  const std::string grad = args.get("grad-dtype", "float32");
+  ULY_CHECK(grad == "float32" || grad == "fp32" || grad == "bfloat16" || grad == "bf16",
+            "--grad-dtype takes float32 (fp32) or bfloat16 (bf16), got '" << grad << "'");
+  o.grad_dtype = grad == "bfloat16" || grad == "bf16" ? DType::BF16 : DType::F32;
   const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
   ULY_CHECK(keep.empty() || keep == "on" || keep == "off" || keep == "auto",
             "--keep-attention takes on, off or auto, got '" << keep << "'");

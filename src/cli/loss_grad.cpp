@@ -48,7 +48,7 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 
-  LlamaWeights weights(config);
+  LlamaWeights weights(config, options.grad_dtype);
   weights.load(folder, *backend);
   LlamaModel model(weights, *backend, mesh, options);
   backend->pools().reset_peaks();

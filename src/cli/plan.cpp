@@ -33,6 +33,7 @@ std::string options_text(const StepOptions& o) {
   if (o.keep_attention) s += "--keep-attention ";
   if (o.loss_tile_tokens > 0) s += "--tiled-loss ";
   if (o.mlp_tiles != 1) s += "--tiled-mlp ";
+  if (o.grad_dtype == DType::BF16) s += "--grad-dtype=bf16 ";
   if (!s.empty()) s.pop_back();
   return s.empty() ? "(none)" : s;
 }
@@ -63,6 +64,7 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
                                "to ask)");
   const size_t host_budget = gib_option(args, "host-mem-limit", host_memory_available());
   StepOptions tiled;
+  tiled.grad_dtype = req.options.grad_dtype;
   tiled.loss_tile_tokens = 1024;
   tiled.mlp_tiles = 0;
   StepOptions ckpt = tiled, keep = tiled, offload = tiled;
@@ -91,6 +93,16 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
       ladder.push_back(chunked);
     }
     break;
+  }
+  // bfloat16 gradient buffers on the checkpointed rungs (bf16 compute only): about half the gradients' memory.
+  if (req.options.grad_dtype == DType::F32 && req.act_dtype == DType::BF16) {
+    const size_t n = ladder.size();
+    for (size_t i = 1; i < n; ++i)
+      if (ladder[i].checkpoint) {
+        StepOptions bf16 = ladder[i];
+        bf16.grad_dtype = DType::BF16;
+        ladder.push_back(bf16);
+      }
   }
   std::ostringstream os;
   os << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size

@@ -58,7 +58,12 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMes
 // `attention` must be built for H / head_chunks query and Hkv / head_chunks kv heads.
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
                        StepOptions options)
-    : w_(weights), be_(backend), options_(options), c_(weights.config()), attention_(std::move(attention)) {
+    : w_(weights), be_(backend), options_(options), c_(weights.config()), grads_(weights, backend),
+      attention_(std::move(attention)) {
+  ULY_CHECK(options_.grad_dtype == w_.grad_dtype(),
+            "the step options ask for " << dtype_name(options_.grad_dtype) << " gradients but the weights hold "
+                                        << dtype_name(w_.grad_dtype()) << " ones (make LlamaWeights with the "
+                                        << "options' grad_dtype)");
   check_head_chunks(c_.num_attention_heads, c_.num_key_value_heads, 1, options_.head_chunks);
   ULY_CHECK(options_.mlp_tiles >= 0, "--tiled-mlp must be >= 1 (or given without a value), got " << options_.mlp_tiles);
   ULY_CHECK(options_.loss_tile_tokens >= 0, "--tiled-loss must be >= 0, got " << options_.loss_tile_tokens);
@@ -82,7 +87,7 @@ void LlamaModel::linear(Tensor& y, const Tensor& x, const Parameter& w) { be_.ma
 // dx (=|+=) dy W; dW += dy^T x.
 void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx) {
   be_.matmul(dx, dy, w.value, false, false, 1.0, accumulate_dx ? 1.0 : 0.0);
-  be_.matmul(w.grad, dy, x, true, false, 1.0, 1.0);
+  be_.matmul(grads_.target(w), dy, x, true, false, 1.0, 1.0);
 }
 
 // x_out undefined: the recompute before a backward, which needs the layer's activations
@@ -208,7 +213,7 @@ void LlamaModel::attention_backward_chunked(int64_t l, LayerActs& a, const Tenso
     be_.rope_backward(dk, dk, positions_, inv_freq_);
     prof.next("qkv projections");
     const auto rows = [&](Parameter& w, const Tensor& dy, int64_t r0, int64_t r1, bool accumulate) {
-      Tensor wv = w.value.slice(r0, r1), wg = w.grad.slice(r0, r1);
+      Tensor wv = w.value.slice(r0, r1), wg = grads_.target(w).slice(r0, r1);
       be_.matmul(dxn1, dy, wv, false, false, 1.0, accumulate ? 1.0 : 0.0);
       be_.matmul(wg, dy, xn1, true, false, 1.0, 1.0);
     };
@@ -285,7 +290,7 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
   }
   prof.next("rmsnorm");
   // The residual branch's gradient is already in d_mid: the norm's gradient is added to it in one pass.
-  be_.rmsnorm_backward(d_mid, L.post_norm->grad, dxn2, a.x_mid, L.post_norm->value, a.rstd2, true);
+  be_.rmsnorm_backward(d_mid, grads_.target(*L.post_norm), dxn2, a.x_mid, L.post_norm->value, a.rstd2, true);
   // The MLP half's activations are spent: gone before the attention's backward (the layer's peak).
   a.x_mid = a.xn2 = a.rstd2 = a.gate = a.up = a.h = Tensor{};
 }
@@ -316,7 +321,7 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
     a.attn = dattn = xn1 = Tensor{};
     if (after_attention) after_attention();
     prof.next("rmsnorm");
-    be_.rmsnorm_backward(d_mid, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
+    be_.rmsnorm_backward(d_mid, grads_.target(*L.input_norm), dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
     grad = std::move(d_mid);
     return;
   }
@@ -341,7 +346,7 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), xn1, true);
   dq = dk = dv = Tensor{};
   prof.next("rmsnorm");
-  be_.rmsnorm_backward(d_mid, L.input_norm->grad, dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
+  be_.rmsnorm_backward(d_mid, grads_.target(*L.input_norm), dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
   grad = std::move(d_mid);
 }
 
@@ -357,6 +362,7 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
   be_.rmsnorm_forward(xn, rstd, x, norm.value, c_.rms_norm_eps);
   prof.next("lm_head + loss");
   const bool backward = dx.defined();
+  if (backward) grads_.open({&norm, &head});
   Tensor dxn = backward ? be_.empty({N, D}, t) : Tensor{};
   const int64_t T = options_.loss_tile_tokens > 0 ? std::min(options_.loss_tile_tokens, N) : N;
   // Every tile's token losses land in one buffer, summed once at the end: one read-back per
@@ -375,7 +381,10 @@ double LlamaModel::head_forward_backward(const Tensor& x, const Tensor& targets,
     linear_backward(dxt, head, logits, xt, false);
   }
   prof.next("rmsnorm");
-  if (backward) be_.rmsnorm_backward(dx, norm.grad, dxn, x, norm.value, rstd);
+  if (backward) {
+    be_.rmsnorm_backward(dx, grads_.target(norm), dxn, x, norm.value, rstd);
+    grads_.close();
+  }
   return be_.sum(losses);
 }
 
@@ -491,13 +500,17 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     // The next segment's checkpoint comes in during the segment's first layer's backward, after
     // its attention (the step's peak), overlapped with the rest of that layer.
     const bool first_of_segment = options_.checkpoint && l == segment;
+    grads_.open(w_.layer(l).all());
     layer_backward(l, acts[l], dx, first_of_segment ? std::function<void()>([&] { store.prefetch(segment - K); })
                                                     : std::function<void()>());
+    grads_.close();
     acts[l] = LayerActs{};
     if (layer_grads_done) layer_grads_done(l);
   }
   prof.next("embedding");
-  be_.embedding_backward(w_.embed().grad, dx, ids);
+  grads_.open({&w_.embed()});
+  be_.embedding_backward(grads_.target(w_.embed()), dx, ids);
+  grads_.close();
   positions_ = Tensor{};
   docs_ = Documents{};
   return loss_sum;

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "backend/documents.h"
 #include "model/batch.h"
+#include "model/gradient_accumulator.h"
 #include "model/llama_weights.h"
 #include "parallel/sequence_attention.h"
 
@@ -27,6 +28,8 @@ struct StepOptions {
                                   // layer inputs on the device (Checkpoints pool), then each layer as usual
   int64_t head_chunks = 1;        // q/k/v projections, all-to-alls and attention one chunk of H/N heads at a time
                                   // (UPipe's idea at every degree); the backward recomputes each chunk's q/k/v
+  DType grad_dtype = DType::F32;  // the gradient buffers' dtype (LlamaWeights is made with it): float32, or
+                                  // bfloat16, summed per layer in a float32 scratch (model/gradient_accumulator.h)
 };
 
 class LlamaModel {
@@ -80,6 +83,7 @@ class LlamaModel {
   Backend& be_;
   StepOptions options_;
   const ModelConfig& c_;
+  GradientAccumulator grads_;
   std::unique_ptr<SequenceAttention> attention_;
   Tensor inv_freq_;  // [d/2] float32 on the device
   // Per-sequence state, valid during forward_backward.

@@ -4,7 +4,9 @@
 
 namespace ulysses {
 
-LlamaWeights::LlamaWeights(const ModelConfig& c) : config_(c) {
+LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype) : config_(c), grad_dtype_(grad_dtype) {
+  ULY_CHECK(grad_dtype == DType::F32 || grad_dtype == DType::BF16,
+            "gradient buffers are float32 or bfloat16, not " << dtype_name(grad_dtype));
   const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   auto add = [&](const std::string& name, Shape shape) {
     params_.push_back(Parameter{name, std::move(shape), {}, {}});
@@ -44,7 +46,7 @@ size_t LlamaWeights::num_elements() const {
 void LlamaWeights::allocate(Backend& backend) {
   for (auto& p : params_) {
     p.value = backend.empty(p.shape, backend.act_dtype(), Pool::Weights);
-    p.grad = backend.empty(p.shape, DType::F32, Pool::Gradients);
+    p.grad = backend.empty(p.shape, grad_dtype_, Pool::Gradients);
     backend.zero(p.grad);
   }
 }

@@ -15,7 +15,7 @@ struct Parameter {
   std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
   Tensor value;  // compute copy on the backend's device, in its act_dtype()
-  Tensor grad;   // float32 on the backend's device
+  Tensor grad;   // on the backend's device: float32, or bfloat16 (LlamaWeights' grad_dtype)
 };
 
 class LlamaWeights {
@@ -35,8 +35,10 @@ class LlamaWeights {
     }
   };
 
-  // Names and shapes from the config; no memory yet.
-  explicit LlamaWeights(const ModelConfig& config);
+  // Names and shapes from the config; no memory yet. grad_dtype: the gradient buffers' dtype,
+  // float32, or bfloat16 for half their memory (the backward sums each group of parameters in
+  // a float32 scratch and adds it into these buffers once: model/gradient_accumulator.h).
+  explicit LlamaWeights(const ModelConfig& config, DType grad_dtype = DType::F32);
   LlamaWeights(const LlamaWeights&) = delete;
   LlamaWeights& operator=(const LlamaWeights&) = delete;
 
@@ -50,6 +52,7 @@ class LlamaWeights {
   void allocate(Backend& backend);
 
   const ModelConfig& config() const { return config_; }
+  DType grad_dtype() const { return grad_dtype_; }
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
   Parameter& embed() { return params_[embed_]; }
@@ -61,6 +64,7 @@ class LlamaWeights {
 
  private:
   ModelConfig config_;
+  DType grad_dtype_;
   std::vector<Parameter> params_;
   std::vector<Layer> layers_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;

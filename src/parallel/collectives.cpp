@@ -83,6 +83,15 @@ CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& se
 CommHandle all_reduce_sum_async(Communicator& comm, Backend& backend, Tensor& t) {
   if (comm.size() == 1) return completed_request();
   const size_t count = static_cast<size_t>(t.numel());
+  if (t.dtype() == DType::BF16) {
+    // Summed in float32: a float32 copy (in host memory when staged, else on the device) is
+    // reduced, and wait() rounds the sum back into t, once.
+    Tensor wide = needs_staging(comm, t) ? Tensor::empty(t.shape(), DType::F32, backend.offload_allocator())
+                                         : backend.empty(t.shape(), DType::F32);
+    backend.copy(wide, t);
+    CommHandle inner = comm.all_reduce_async(wide.raw(), wide.raw(), count, DType::F32, ReduceOp::Sum);
+    return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{t}, wide, t);
+  }
   return staged(
       comm, backend, t, t,
       [&](const void* s, void* r) { return comm.all_reduce_async(s, r, count, t.dtype(), ReduceOp::Sum); },

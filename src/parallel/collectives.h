@@ -12,7 +12,7 @@ namespace ulysses {
 void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 // send to rank dest and recv from rank source at once (every rank of a ring passing a block on).
 void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv, int source);
-// In place: t = sum over ranks of t.
+// In place: t = sum over ranks of t (a bfloat16 t is summed in float32 and rounded once).
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t);
 // recv: size × send's elements, rank r's send at block r (see Communicator::all_gather).
 void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);

@@ -43,7 +43,7 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
   auto ring = make_simulated_communicator(r.ring, 0);
   MemorySnapshot out;
   {
-    LlamaWeights weights(r.config);
+    LlamaWeights weights(r.config, r.options.grad_dtype);
     weights.allocate(*backend);
     // Rank 0 holds the largest share of sharded optimizer state (the last ranks' may be short).
     auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0);
@@ -235,7 +235,9 @@ void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t
        << format_bytes(device_available) << " is available: over by "
        << format_bytes(planned.device.peak - device_available);
   else
-    os << "the step needs " << format_bytes(planned.host.peak) << " of host memory for offloaded checkpoints but "
+    os << "the step needs " << format_bytes(planned.host.peak) << " of host memory ("
+       << format_bytes(planned.peak(Pool::HostCheckpoints)) << " of offloaded checkpoints, "
+       << format_bytes(planned.peak(Pool::HostOptimizer)) << " of offloaded optimizer state) but "
        << format_bytes(host_available) << " is available: over by " << format_bytes(planned.host.peak - host_available);
   os << " (sequence " << r.seq_len << ", sp " << r.sp << "). ";
   if (!fits.str().empty())

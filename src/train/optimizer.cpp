@@ -58,7 +58,7 @@ AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Op
     host_ = make_cpu_backend();
     const int64_t chunk = std::max<int64_t>(1, std::min(largest, kHostChunk));
     for (int i = 0; i < 2; ++i) {
-      grad_stage_[i] = be_.empty({chunk}, DType::F32, Pool::HostOptimizer);
+      grad_stage_[i] = be_.empty({chunk}, w_.grad_dtype(), Pool::HostOptimizer);  // moved as stored
       weight_stage_[i] = be_.empty({chunk}, DType::F32, Pool::HostOptimizer);
     }
   }

@@ -100,7 +100,7 @@ class AdamW {
   Communicator* group_;  // null: unsharded
   bool offload_;
   std::unique_ptr<Backend> host_;  // runs the offloaded update
-  Tensor grad_stage_[2], weight_stage_[2];  // host float32 chunks (offload), double-buffered
+  Tensor grad_stage_[2], weight_stage_[2];  // host chunks (offload; gradients in their buffers' dtype), double-buffered
   std::vector<Slot> slots_;
   int64_t steps_ = 0;
 };

@@ -41,6 +41,8 @@ bool same_shard_count(const std::vector<SequenceShard>& shards, ProcessMesh& mes
 // Sums every gradient over the world. Each layer's gradients start their all-reduce as
 // soon as the backward is past the layer (overlapped with the layers below), when the
 // ranks allow it; the rest (embedding, final norm, lm_head) and the waits come at finish().
+// bfloat16 buffers are summed through float32 copies (parallel/collectives.h): then one
+// layer's reduction is in flight at a time, so that the copies never hold more than a layer.
 class GradientReduction {
  public:
   GradientReduction(LlamaWeights& weights, Backend& backend, Communicator& world, bool per_layer)
@@ -51,13 +53,18 @@ class GradientReduction {
     if (!per_layer_) return {};
     return [this](int64_t l) {
       ProfileScope prof(backend_, "grad all-reduce");
+      if (weights_.grad_dtype() != DType::F32) wait_all(pending_);
       for (Parameter* p : weights_.layer(l).all()) start(*p);
     };
   }
 
   void finish() {
     ProfileScope prof(backend_, "grad all-reduce");
-    for (Parameter& p : weights_.params()) start(p);
+    const bool one_at_a_time = weights_.grad_dtype() != DType::F32;
+    for (Parameter& p : weights_.params()) {
+      start(p);
+      if (one_at_a_time) wait_all(pending_);
+    }
     wait_all(pending_);
   }
 

@@ -59,6 +59,8 @@ sp_ring: 1              # ring-attention degree inside sp (Ulysses degree = sp /
 zigzag: false           # with sp_ring > 1: zigzag (dual-chunk) sharding balances causal work over the ring
 backend: cpu            # cpu or cuda
 dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
+grad_dtype: float32     # gradient buffers: float32, or bfloat16 (half their memory; each layer's gradients are
+                        # summed in a float32 scratch and rounded into the buffers once per sequence)
 comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
 zero: 0                 # ZeRO stage over all ranks (dp x sp): 0 = each rank holds the whole AdamW state;
                         # 1 = the AdamW state (fp32 master, m, v) sharded, 1/ranks each (2 and 3: not built yet)
@@ -335,6 +337,10 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.comm = cfg["comm"];
   c.zero = cfg["zero"];
   c.offload_optimizer = cfg["offload_optimizer"];
+  const std::string grad_dtype = cfg["grad_dtype"];
+  ULY_CHECK(grad_dtype == "float32" || grad_dtype == "bfloat16",
+            (path.empty() ? std::string("train config") : path)
+                << ": 'grad_dtype' must be float32 or bfloat16, got '" << grad_dtype << "'");
   const auto& m = cfg["memory"];
   c.memory.mlp_tiles = m["tiled_mlp"];
   c.memory.loss_tile_tokens = m["tiled_loss"];
@@ -345,6 +351,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.memory.checkpoint_every = m["checkpoint_every"];
   if (c.memory.checkpoint_every > 1) c.memory.checkpoint = true;
   c.memory.head_chunks = m["head_chunks"];
+  c.memory.grad_dtype = grad_dtype == "bfloat16" ? DType::BF16 : DType::F32;
 
   const std::string src = path.empty() ? std::string("train config") : path;
   ULY_CHECK(!c.model.empty() || !c.model_config.empty(),

@@ -191,7 +191,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   }
   world.barrier();
 
-  LlamaWeights weights(mc);
+  LlamaWeights weights(mc, cfg.memory.grad_dtype);
   std::unique_ptr<ModelFolder> folder;
   if (!cfg.model.empty()) {
     folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));

@@ -54,4 +54,16 @@ expect_error "bench: --zero 2 is refused" "--zero must be in \\[0, 1\\].*stages 
   "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --zero 2
 expect_error "bench: --offload-optimizer without an optimizer" "this step has no optimizer" \
   "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --no-optimizer --offload-optimizer
+
+# bfloat16 gradient buffers: the step runs with AdamW on the device and offloaded, says so, and the
+# plan's gradients pool is half the float32 one's plus the float32 scratch of one group.
+run --grad-dtype bf16 > g16.txt 2>&1 && grep -q '"grad_dtype":"bfloat16"' g16.txt \
+  && run --grad-dtype bf16 --offload-optimizer > g16off.txt 2>&1 && grep -q '"grad_dtype":"bfloat16"' g16off.txt \
+  && pass "bench --grad-dtype bf16 runs (device and offloaded AdamW)" || { fail "bench --grad-dtype bf16"; tail -5 g16.txt g16off.txt; }
+gradients() { "$ULYSSES" plan --shape tiny --seq 256 "$@" | awk '$1 == "gradients" { print $0 }'; }
+if [ -n "$(gradients)" ] && [ "$(gradients)" != "$(gradients --grad-dtype bf16)" ] \
+   && "$ULYSSES" plan --shape tiny --seq 256 --grad-dtype bf16 --max-seq --memory-limit 1 | grep -q "grad-dtype=bf16"
+then pass "plan counts bfloat16 gradient buffers"; else fail "plan --grad-dtype bf16"; gradients; gradients --grad-dtype bf16; fi
+expect_error "bench: an unknown --grad-dtype" "--grad-dtype takes float32 \\(fp32\\) or bfloat16" \
+  "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --grad-dtype fp16
 finish

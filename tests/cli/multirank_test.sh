@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Several ranks: a rank killed mid-run ends the job on every rank with a clear
-# message, never a hang; ZeRO stage 1 trains exactly as the unsharded optimizer;
+# message, never a hang; ZeRO stage 1 trains exactly as the unsharded optimizer; bfloat16
+# gradient buffers train as float32 ones within their rounding;
 # `comm-bench` measures the step's collectives on MPI ranks and refuses bad
 # options with one clear line.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -87,6 +88,27 @@ then pass "reshard: resumed on 4 ranks and on 1 rank, steps 3-4 match the uninte
 else fail "reshard: the resumed losses differ"; fi
 grep -q "not bit for bit" reshard_c2.log && pass "reshard: the resume says it is not bit for bit" \
   || fail "reshard: no warning"
+
+# bfloat16 gradient buffers on 2 ranks as sp 2 (each layer's gradients summed over the Ulysses
+# ranks in float32, one layer in flight) with ZeRO-1 over both: the 4 losses of run A (float32
+# buffers, dp 2) within 1e-4 and their gradient norms within bfloat16's rounding (2^-8).
+timeout 300 $MPIRUN -np 2 "$ULYSSES" train $common out_dir=bf16_grads sp=2 zero=1 grad_dtype=bfloat16 \
+  > bf16_grads.log 2>&1 || { fail "train grad_dtype=bfloat16 on 2 ranks"; tail -5 bf16_grads.log; }
+if python3 - reshard_a/metrics.jsonl bf16_grads/metrics.jsonl <<'PY'
+import json, sys
+def curve(path):
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(path)) if "loss" in r}
+a, b = curve(sys.argv[1]), curve(sys.argv[2])
+assert sorted(b) == [1, 2, 3, 4], sorted(b)
+loss = max(abs(a[s][0] - b[s][0]) / abs(a[s][0]) for s in b)
+norm = max(abs(a[s][1] - b[s][1]) / abs(a[s][1]) for s in b)
+assert loss <= 1e-4 and norm <= 2 ** -8, (loss, norm)
+print(f"     worst relative differences: loss {loss:.2e}, gradient norm {norm:.2e}")
+PY
+then pass "grad_dtype=bfloat16 on 2 ranks (sp 2, zero 1): the float32 buffers' losses and gradient norms"
+else fail "grad_dtype=bfloat16 losses"; fi
+expect_error "train: an unknown grad_dtype" "'grad_dtype' must be float32 or bfloat16" \
+  "$ULYSSES" train train.yaml grad_dtype=float16
 
 expect_error "train: zero=2 is refused" "'zero'.*stages 2 and 3 are not built yet" "$ULYSSES" train train.yaml zero=2
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -524,6 +525,56 @@ TEST_F(CudaBackendTest, OptimizerExtras) {
     const double want = pi - 0.1 * gi / (std::fabs(gi) + a.eps);
     ASSERT_NEAR(static_cast<const float*>(hm.raw())[i], want, 1e-5) << i;
     ASSERT_EQ(static_cast<const float*>(hw.raw())[i], bf16_to_float(float_to_bf16(static_cast<const float*>(hm.raw())[i]))) << i;
+  }
+}
+
+// A bfloat16 gradient buffer (--grad-dtype bf16): AdamW reads it into fp32, so the update
+// equals the one from an fp32 gradient holding the same values, bit for bit, on the wide path
+// (aligned) and the scalar one (an odd offset); the CPU backend's bf16 path agrees with it.
+TEST_F(CudaBackendTest, AdamWReadsBf16Gradients) {
+  const int64_t n = 1001;
+  const Tensor g = bf16_rounded(host_random({n}, 90)), p0 = host_random({n}, 91);
+  for (int64_t offset : {0, 1}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    const int64_t k = n - offset;
+    Tensor gf = dev(g, DType::F32), gb = dev(g, DType::BF16);
+    Tensor master_f = dev(p0, DType::F32), master_b = dev(p0, DType::F32);
+    Tensor mf = gpu->empty({n}, DType::F32), vf = gpu->empty({n}, DType::F32), mb = gpu->empty({n}, DType::F32),
+           vb = gpu->empty({n}, DType::F32);
+    for (Tensor* t : {&mf, &vf, &mb, &vb}) gpu->zero(*t);
+    Tensor wf = gpu->empty({n}, DType::BF16), wb = gpu->empty({n}, DType::BF16);
+    AdamWParams a;
+    a.lr = 0.01;
+    a.weight_decay = 0.1;
+    a.grad_scale = 0.7;
+    for (int64_t step = 1; step <= 2; ++step) {
+      a.step = step;
+      const auto part = [&](Tensor& t) { return t.slice(offset, n); };
+      Tensor pf = part(master_f), pb = part(master_b), m1 = part(mf), v1 = part(vf), m2 = part(mb), v2 = part(vb),
+             w1 = part(wf), w2 = part(wb), g1 = part(gf), g2 = part(gb);
+      gpu->adamw_step(pf, m1, v1, w1, g1, a);
+      gpu->adamw_step(pb, m2, v2, w2, g2, a);
+    }
+    const Tensor hf = to_host(master_f), hb = to_host(master_b);
+    EXPECT_EQ(std::memcmp(hf.raw(), hb.raw(), hf.nbytes()), 0) << "bf16 gradients differ from their fp32 values";
+    // The CPU backend's bf16-gradient path on the same values (one step from the same state).
+    Backend* host = cpu.get();
+    Tensor cm = host->empty({k}, DType::F32), cv = host->empty({k}, DType::F32), cw = host->empty({k}, DType::F32);
+    Tensor cp = host->empty({k}, DType::F32), cg = host->empty({k}, DType::BF16);
+    host->copy(cp, p0.slice(offset, n));
+    host->copy(cg, g.slice(offset, n));
+    host->zero(cm);
+    host->zero(cv);
+    Tensor gm = dev(p0, DType::F32), gmm = gpu->empty({n}, DType::F32), gvv = gpu->empty({n}, DType::F32);
+    gpu->zero(gmm);
+    gpu->zero(gvv);
+    Tensor gw = gpu->empty({n}, DType::F32);
+    a.step = 1;
+    Tensor s1 = gm.slice(offset, n), s2 = gmm.slice(offset, n), s3 = gvv.slice(offset, n), s4 = gw.slice(offset, n),
+           s5 = gb.slice(offset, n);
+    gpu->adamw_step(s1, s2, s3, s4, s5, a);
+    host->adamw_step(cp, cm, cv, cw, cg, a);
+    EXPECT_LE(test::rel_error(to_host(gm).slice(offset, n), cp), 1e-6);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "comm/communicator.h"
+#include "core/dtype.h"
 #include "fixture_check.h"
 #include "mpi/mpi_test_main.h"
 #include "io/model_folder.h"
@@ -28,8 +29,9 @@ Outcome run(LlamaWeights& w, Backend& be, const TokenBatch& batch, int sp, const
   Outcome out;
   out.loss = compute_loss_and_grads(model, w, be, mesh, batch).loss;
   for (const Parameter& p : w.params()) {
-    const float* g = p.grad.data<float>();
-    out.grads.emplace_back(g, g + p.grad.numel());
+    std::vector<float> g(static_cast<size_t>(p.grad.numel()));
+    convert_to_f32(g.data(), p.grad.raw(), p.grad.dtype(), g.size());
+    out.grads.push_back(std::move(g));
   }
   return out;
 }
@@ -60,6 +62,31 @@ void expect_same(const Outcome& got, const Outcome& ref, const LlamaWeights& w) 
   EXPECT_LE(std::fabs(got.loss - ref.loss) / std::fabs(ref.loss), 1e-6) << got.loss << " vs " << ref.loss;
   for (size_t i = 0; i < ref.grads.size(); ++i)
     EXPECT_LE(rel_error(got.grads[i].data(), ref.grads[i].data(), ref.grads[i].size()), 1e-5) << w.params()[i].name;
+}
+
+// The tiny shape with 3 layers, 8 query and 4 kv heads of 8: head chunks of 2 and 4 exist.
+ModelConfig chunkable_config() {
+  ModelConfig c;
+  ULY_CHECK(named_model_config("tiny", &c), "no tiny shape");
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 8;
+  return c;
+}
+
+// One row of S tokens in two documents (the second from token `split`), every
+// `ignore_every`-th target ignored.
+TokenBatch two_documents(const ModelConfig& c, int64_t S, int64_t split, int64_t ignore_every) {
+  TokenBatch batch;
+  batch.B = 1;
+  batch.S = S;
+  for (int64_t i = 0; i < S; ++i) {
+    batch.ids.push_back(static_cast<int32_t>((i * 11 + 3) % c.vocab_size));
+    batch.targets.push_back(i % ignore_every == 0 ? -100 : static_cast<int32_t>((i * 5 + 2) % c.vocab_size));
+    batch.positions.push_back(static_cast<int32_t>(i < split ? i : i - split));
+  }
+  return batch;
 }
 
 TEST(MemoryOptions, FixturesEveryCombinationEveryDegree) {
@@ -149,23 +176,11 @@ TEST(MemoryOptions, TwoLevelCheckpointsEveryDegree) {
 // with tiled MLP, tiled loss, offloaded checkpoints, two-level checkpoints and kept attention
 // equals the plain step at every degree. 8 query and 4 kv heads, so that chunks of 2 and 4 exist.
 TEST(MemoryOptions, HeadChunksEveryDegree) {
-  ModelConfig c;
-  ASSERT_TRUE(named_model_config("tiny", &c));
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.head_dim = 8;
+  const ModelConfig c = chunkable_config();
   auto be = make_cpu_backend();
   LlamaWeights w(c);
   w.init_random(*be, 13);
-  TokenBatch batch;
-  batch.B = 1;
-  batch.S = 320;
-  for (int64_t i = 0; i < batch.S; ++i) {
-    batch.ids.push_back(static_cast<int32_t>((i * 11 + 3) % c.vocab_size));
-    batch.targets.push_back(i % 41 == 0 ? -100 : static_cast<int32_t>((i * 5 + 2) % c.vocab_size));
-    batch.positions.push_back(static_cast<int32_t>(i < 120 ? i : i - 120));  // two documents
-  }
+  const TokenBatch batch = two_documents(c, 320, 120, 41);
   const Outcome plain = run(w, *be, batch, 1, {});
   int checked = 0;
   for (int sp : ProcessMesh::valid_sp_values(world().size())) {
@@ -188,6 +203,54 @@ TEST(MemoryOptions, HeadChunksEveryDegree) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// bfloat16 gradient buffers (--grad-dtype bf16) with the memory options, at every degree: the
+// loss is the float32 buffers' run's; each gradient is that run's rounded to bfloat16 once, bit
+// for bit where one rank holds the sequence (a group's contributions are summed in float32 in
+// the same order), and within two roundings where several do (each rank's share is rounded,
+// then summed across ranks in float32 and rounded again).
+TEST(MemoryOptions, Bf16GradientBuffersEveryDegree) {
+  const ModelConfig c = chunkable_config();
+  auto be = make_cpu_backend();
+  LlamaWeights w32(c), w16(c, DType::BF16);
+  w32.init_random(*be, 17);
+  w16.init_random(*be, 17);
+  const TokenBatch batch = two_documents(c, 256, 90, 37);
+  int checked = 0;
+  for (int sp : ProcessMesh::valid_sp_values(world().size())) {
+    if (!fits(c, sp)) continue;
+    for (int variant = 0; variant < 4; ++variant) {
+      StepOptions o;
+      if (variant == 1) o.mlp_tiles = 3, o.loss_tile_tokens = 50;
+      if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.checkpoint_every = 2, o.mlp_tiles = 0;
+      if (variant == 3 && c.num_attention_heads / 2 % sp == 0) o.head_chunks = 2, o.checkpoint = true, o.keep_attention = true;
+      SCOPED_TRACE("sp=" + std::to_string(sp) + " variant " + std::to_string(variant));
+      const Outcome f32 = run(w32, *be, batch, sp, o);
+      StepOptions o16 = o;
+      o16.grad_dtype = DType::BF16;
+      const Outcome bf16 = run(w16, *be, batch, sp, o16);
+      EXPECT_EQ(bf16.loss, f32.loss);
+      for (size_t i = 0; i < f32.grads.size(); ++i) {
+        if (sp == 1) {
+          int64_t differing = 0;
+          for (size_t j = 0; j < f32.grads[i].size(); ++j)
+            differing += bf16_to_float(float_to_bf16(f32.grads[i][j])) != bf16.grads[i][j];
+          EXPECT_EQ(differing, 0) << w16.params()[i].name << ": not the float32 gradient rounded once";
+        } else {
+          EXPECT_LE(rel_error(bf16.grads[i].data(), f32.grads[i].data(), f32.grads[i].size()), 0x1p-8)
+              << w16.params()[i].name;
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+  // Options and weights must agree on the buffers' dtype.
+  ProcessMesh mesh(world(), 1);
+  StepOptions o16;
+  o16.grad_dtype = DType::BF16;
+  EXPECT_THROW({ LlamaModel refused(w32, *be, mesh.sp(), o16); }, Error);
 }
 
 // A chunk count the heads cannot take is refused, naming the rule.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "mpi/mpi_test_main.h"
@@ -22,12 +23,17 @@ namespace ulysses::test {
 namespace {
 
 // The same gradients on every rank (as after the step's all-reduce), different each step.
-void fill_grads(LlamaWeights& w, int step) {
+// bf16_values: rounded to bfloat16 (the values a bfloat16 gradient buffer can hold), in
+// whatever dtype the buffers are.
+void fill_grads(LlamaWeights& w, int step, bool bf16_values = false) {
   int k = 0;
   for (Parameter& p : w.params()) {
-    float* g = p.grad.data<float>();
-    for (int64_t i = 0; i < p.grad.numel(); ++i)
-      g[i] = static_cast<float>(((i * 7919 + k * 104729 + step * 31) % 2001) - 1000) * 1e-3f;
+    for (int64_t i = 0; i < p.grad.numel(); ++i) {
+      float g = static_cast<float>(((i * 7919 + k * 104729 + step * 31) % 2001) - 1000) * 1e-3f;
+      if (bf16_values) g = bf16_to_float(float_to_bf16(g));
+      if (p.grad.dtype() == DType::BF16) p.grad.data<uint16_t>()[i] = float_to_bf16(g);
+      else p.grad.data<float>()[i] = g;
+    }
     ++k;
   }
 }
@@ -113,6 +119,31 @@ TEST(Zero, ShardedAdamWEqualsUnsharded) { check_sharded_equals_unsharded(false);
 TEST(Zero, OffloadedShardedAdamWEqualsUnsharded) { check_sharded_equals_unsharded(true); }
 
 TEST(Zero, OffloadedWithLateTransfersEqualsUnsharded) { check_sharded_equals_unsharded(true, /*lagging=*/true); }
+
+// bfloat16 gradient buffers: AdamW reads them into float32, so its updates (on the device
+// path, and sharded and offloaded with late transfers, the buffers moved as stored) equal
+// those from float32 buffers holding the same values, bit for bit.
+TEST(Zero, Bf16GradientBuffersEqualFloat32Buffers) {
+  Communicator& c = world();
+  ModelFolder folder = ModelFolder::open(fixtures_dir() + "/gqa/model");
+  auto backend = make_cpu_backend(/*lagging_transfers=*/true);
+  LlamaWeights f32(folder.config()), bf16(folder.config(), DType::BF16), bf16_offloaded(folder.config(), DType::BF16);
+  for (LlamaWeights* w : {&f32, &bf16, &bf16_offloaded}) w->load(folder, *backend);
+  EXPECT_EQ(bf16.params()[0].grad.dtype(), DType::BF16);
+  OptimizerConfig oc;
+  oc.warmup_steps = 1;
+  oc.total_steps = 5;
+  oc.grad_clip = 5.0;
+  AdamW a(f32, *backend, oc), b(bf16, *backend, oc), o(bf16_offloaded, *backend, oc, {&c, true});
+  int64_t wrong = 0;
+  for (int step = 1; step <= 3; ++step) {
+    for (LlamaWeights* w : {&f32, &bf16, &bf16_offloaded}) fill_grads(*w, step, /*bf16_values=*/true);
+    const AdamW::StepInfo ia = a.step(), ib = b.step(), io = o.step();
+    wrong += ia.grad_norm != ib.grad_norm || ia.grad_norm != io.grad_norm;
+    wrong += values_differing(f32, bf16) + values_differing(f32, bf16_offloaded);
+  }
+  EXPECT_EQ(sum_over_ranks(wrong), 0) << "AdamW on bfloat16 gradient buffers differs from float32 ones";
+}
 
 }  // namespace
 }  // namespace ulysses::test

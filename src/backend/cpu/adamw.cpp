@@ -1,11 +1,21 @@
 #include <cmath>
 
 #include "backend/cpu/ops.h"
+#include "core/dtype.h"
 
 namespace ulysses::cpu {
+namespace {
 
 template <class T>
-void adamw_step(T* master, T* m, T* v, T* weight, const T* grad, int64_t n, double lr, double beta1, double beta2,
+T load(T g) {
+  return g;
+}
+inline float load(Bf16 g) { return bf16_to_float(g.bits); }
+
+}  // namespace
+
+template <class T, class G>
+void adamw_step(T* master, T* m, T* v, T* weight, const G* grad, int64_t n, double lr, double beta1, double beta2,
                 double eps, double weight_decay, int64_t step, double grad_scale) {
   // The same operation order as torch.optim.AdamW's single-tensor path, in T.
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
@@ -17,7 +27,7 @@ void adamw_step(T* master, T* m, T* v, T* weight, const T* grad, int64_t n, doub
   // every element's arithmetic is the same IEEE operations either way.
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    const T g = grad[i] * gs;
+    const T g = static_cast<T>(load(grad[i])) * gs;
     T p = master[i] * decay;
     m[i] = b1 * m[i] + (T(1) - b1) * g;
     v[i] = b2 * v[i] + (T(1) - b2) * g * g;
@@ -39,7 +49,18 @@ template void adamw_step<float>(float*, float*, float*, float*, const float*, in
                                 double, int64_t, double);
 template void adamw_step<double>(double*, double*, double*, double*, const double*, int64_t, double, double, double,
                                  double, double, int64_t, double);
+template void adamw_step<float, Bf16>(float*, float*, float*, float*, const Bf16*, int64_t, double, double, double,
+                                      double, double, int64_t, double);
 template double sum_squares<float>(const float*, int64_t);
 template double sum_squares<double>(const double*, int64_t);
+
+double sum_squares_bf16(const Bf16* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = bf16_to_float(x[i].bits);
+    s += e * e;
+  }
+  return s;
+}
 
 }  // namespace ulysses::cpu

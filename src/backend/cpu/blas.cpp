@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cpu/ops.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace ulysses::cpu {
@@ -58,6 +59,12 @@ template <class T>
 void axpy(T* y, const T* x, double alpha, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<double>(y[i]) + alpha * static_cast<double>(x[i]));
+}
+
+void axpy_bf16(Bf16* y, const float* x, double alpha, int64_t n) {
+  const auto a = static_cast<float>(alpha);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i].bits = float_to_bf16(bf16_to_float(y[i].bits) + a * x[i]);
 }
 
 #define ULY_INSTANTIATE(T)                                                                                      \

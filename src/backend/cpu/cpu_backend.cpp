@@ -259,6 +259,10 @@ class CpuBackend final : public Backend {
   }
 
   void axpy_impl(Tensor& y, const Tensor& x, double alpha) override {
+    if (y.dtype() == DType::BF16) {  // a bfloat16 gradient buffer; x float32
+      cpu::axpy_bf16(ptr<cpu::Bf16>(y), ptr<float>(x), alpha, y.numel());
+      return;
+    }
     dispatch(y.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::axpy(ptr<T>(y), ptr<T>(x), alpha, y.numel());
@@ -276,6 +280,7 @@ class CpuBackend final : public Backend {
   }
 
   double sum_squares_impl(const Tensor& x) override {
+    if (x.dtype() == DType::BF16) return cpu::sum_squares_bf16(ptr<cpu::Bf16>(x), x.numel());
     double s = 0;
     dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);
@@ -287,6 +292,13 @@ class CpuBackend final : public Backend {
   void adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
                        const AdamWParams& p) override {
     const int64_t n = master.numel();
+    if (grad.dtype() == DType::BF16) {  // a bfloat16 gradient buffer
+      ULY_CHECK(master.dtype() == DType::F32 && weight.dtype() == DType::F32,
+                "adamw_step: a bfloat16 gradient takes float32 state and weights, got master " << master.describe());
+      cpu::adamw_step(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<float>(weight), ptr<cpu::Bf16>(grad), n,
+                      p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.step, p.grad_scale);
+      return;
+    }
     dispatch(master.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::adamw_step(ptr<T>(master), ptr<T>(m), ptr<T>(v), ptr<T>(weight), ptr<T>(grad), n, p.lr, p.beta1, p.beta2,

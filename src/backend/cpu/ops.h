@@ -111,13 +111,23 @@ void axpy(T* y, const T* x, double alpha, int64_t n);
 // AdamW (torch.optim.AdamW) on master weights; g = grad * grad_scale:
 //   master *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 //   master -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); weight = master.
-// master, m, v, grad, weight: [n] (weight may alias master).
-template <class T>
-void adamw_step(T* master, T* m, T* v, T* weight, const T* grad, int64_t n, double lr, double beta1, double beta2,
+// master, m, v, weight: [n] (weight may alias master); grad: [n] G = T, or Bf16 (a bfloat16 gradient
+// buffer, read into T).
+template <class T, class G = T>
+void adamw_step(T* master, T* m, T* v, T* weight, const G* grad, int64_t n, double lr, double beta1, double beta2,
                 double eps, double weight_decay, int64_t step, double grad_scale);
 // Sum of squares in double.
 template <class T>
 double sum_squares(const T* x, int64_t n);
+
+// ---- bfloat16 gradient buffers --------------------------------------------------
+// The raw bits of a bfloat16 (core/dtype.h's bf16_to_float / float_to_bf16).
+struct Bf16 {
+  uint16_t bits;
+};
+// y += alpha * x summed in float32, rounded to bfloat16 once (the CUDA kernel's arithmetic).
+void axpy_bf16(Bf16* y, const float* x, double alpha, int64_t n);
+double sum_squares_bf16(const Bf16* x, int64_t n);
 
 // dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i], i < n_heads.
 template <class T>

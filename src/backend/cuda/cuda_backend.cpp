@@ -361,8 +361,10 @@ void CudaBackend::adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& 
                                   const AdamWParams& p) {
   const int64_t n = master.numel();
   dispatch_act(weight.dtype(), "adamw_step", [&]<class W>() {
-    cuda::adamw_step<W>(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<W>(weight), ptr<const float>(grad), n,
-                        p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.step, p.grad_scale, stream_);
+    dispatch_act(grad.dtype(), "adamw_step", [&]<class G>() {
+      cuda::adamw_step<W, G>(ptr<float>(master), ptr<float>(m), ptr<float>(v), ptr<W>(weight), ptr<const G>(grad),
+                             n, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.step, p.grad_scale, stream_);
+    });
   });
 }
 
