@@ -1,4 +1,4 @@
-// ulysses plan --model DIR | --shape NAME --seq S [--sp P] [memory options]
+// ulysses plan --model DIR | --shape NAME --seq S [--sp P] [memory options] [--no-optimizer | --zero 1 | --offload-optimizer]
 // ulysses plan --model DIR | --shape NAME --max-seq [--memory-limit GiB] [--host-mem-limit GiB] [--sp P] [options]
 // The exact memory plan of one training step, per pool, without running it
 // (and without a GPU or the ranks it describes); or the longest sequence that fits.
@@ -40,11 +40,11 @@ std::string options_text(const StepOptions& o) {
 
 // Which optimizer state the plan counts: said on every plan, since it is most of a full step's memory.
 std::string optimizer_text(const PlanRequest& r) {
-  if (!r.optimizer)
-    return "none (forward + backward only; --optimizer, --zero 1 or --offload-optimizer count AdamW's state)";
+  if (!r.optimizer) return "none (--no-optimizer: forward + backward only)";
   std::string s = "AdamW state (fp32 master, m, v)";
   if (r.optimizer_shards > 1) s += ", ZeRO stage 1: 1/" + std::to_string(r.optimizer_shards) + " of it per rank";
-  s += r.optimizer_offload ? ", in host memory (--offload-optimizer)" : ", on the device";
+  s += r.optimizer_offload ? ", in host memory (--offload-optimizer)"
+                           : ", on the device (--offload-optimizer moves it to host memory, --no-optimizer leaves it out)";
   return s;
 }
 
@@ -107,7 +107,7 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
   std::ostringstream os;
   os << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
-            << format_bytes(host_budget) << "\n";
+            << format_bytes(host_budget) << "\noptimizer: " << optimizer_text(req) << "\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-72s %14s\n", "options", "max tokens");
   os << line;
@@ -127,8 +127,12 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
     if (print) std::cout << line << std::flush;
     if (n > best) best = n, best_options = ladder[i];
   }
-  ULY_CHECK(best > 0, "plan --max-seq: no option fits 1024 tokens in " << format_bytes(device_budget)
-                                                                        << " of device memory; add ranks (--sp)");
+  ULY_CHECK(best > 0, "plan --max-seq: no option fits 1024 tokens in "
+                          << format_bytes(device_budget) << " of device memory"
+                          << (req.optimizer && !req.optimizer_offload
+                                  ? " beside AdamW's state on the device; add --offload-optimizer (the state in host "
+                                    "memory), --zero 1 over more ranks, or --no-optimizer (forward + backward only)"
+                                  : "; add ranks (--sp)"));
   req.options = best_options;
   for (;;) {  // the final plan with the GPU's own workspaces, where there is one
     req.seq_len = best;
@@ -156,8 +160,10 @@ int run_plan(int argc, char** argv) {
       {"max-seq", false, false, "find the longest sequence that fits the device (--memory-limit, or the GPU here) and "
                                 "host (--host-mem-limit) budgets, for the options given and a ladder of others"},
       {"host-mem-limit", true, false, "host memory budget in GiB for --max-seq (default: what this host has available)"},
-      {"optimizer", false, false, "include AdamW's state (fp32 master and two moments; implied by --zero 1 and "
-                                  "--offload-optimizer)"},
+      {"no-optimizer", false, false, "forward + backward only: leave out AdamW's state (fp32 master and two "
+                                     "moments, 12 bytes a parameter), which the plan includes by default, as "
+                                     "train and bench allocate it"},
+      {"optimizer", false, false, "include AdamW's state (the default; kept for older command lines)"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
@@ -181,8 +187,8 @@ int run_plan(int argc, char** argv) {
   if (layout.zigzag() && req.seq_len > 0) layout.check_length(req.seq_len, "--seq");
   req.options = step_options_from(args);
   // The planned ranks are the sequence-parallel group: --zero 1 shards over them.
-  plan_optimizer(req, optimizer_choice_from(args, args.has("optimizer") || args.has("zero") ||
-                                                      args.has("offload-optimizer"), req.sp));
+  ULY_CHECK(!(args.has("optimizer") && args.has("no-optimizer")), "plan: --optimizer and --no-optimizer contradict");
+  plan_optimizer(req, optimizer_choice_from(args, !args.has("no-optimizer"), req.sp));
   const std::string backend = backend_name_from(args);
   req.act_dtype = act_dtype_from(args);
   req.device = backend == "cuda" ? Device::CUDA : Device::CPU;

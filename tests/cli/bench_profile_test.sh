@@ -48,8 +48,10 @@ if "$ULYSSES" plan --shape tiny --seq 256 --offload-optimizer > plan_off.txt 2>&
    && grep -q -E "^  optimizer +device +0 B" plan_off.txt && grep -q -E "^  host-optimizer +host +[1-9]" plan_off.txt \
    && grep -q -E "^  optimizer +device +[1-9]" plan_on.txt && grep -q -E "^  host-optimizer +host +0 B" plan_on.txt \
    && grep -q "^optimizer: AdamW state.*in host memory" plan_off.txt && grep -q "^optimizer: AdamW state.*on the device" plan_on.txt \
-   && "$ULYSSES" plan --shape tiny --seq 256 | grep -q "^optimizer: none"
-then pass "plan: --offload-optimizer puts AdamW's state in host memory, and every plan says which state it counts"; else fail "plan --offload-optimizer"; fi
+   && "$ULYSSES" plan --shape tiny --seq 256 --no-optimizer | grep -q "^optimizer: none" \
+   && "$ULYSSES" plan --shape tiny --seq 256 > plan_default.txt 2>&1 && cmp -s plan_default.txt plan_on.txt
+then pass "plan: AdamW's state on the device by default, in host memory with --offload-optimizer, none with --no-optimizer; every plan says which"; else fail "plan's optimizer state"; fi
+expect_error "plan: --optimizer with --no-optimizer" "contradict" "$ULYSSES" plan --shape tiny --seq 256 --optimizer --no-optimizer
 expect_error "bench: --zero 2 is refused" "--zero must be in \\[0, 1\\].*stages 2 and 3 are not built yet" \
   "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --zero 2
 expect_error "bench: --offload-optimizer without an optimizer" "this step has no optimizer" \
