@@ -66,6 +66,11 @@ int run_bench(int argc, char** argv, Communicator& world) {
   ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
   if (mesh.zigzag()) mesh.layout().check_length(S, "--seq");
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), S);
+  ULY_CHECK(optimizer_choice.zero < 2 || B % mesh.dp_size() == 0,
+            "bench: --zero 2 reduce-scatters each layer's gradients during the backward, so every rank must hold as "
+            "many rows: --batch "
+                << B << " is not a multiple of dp = " << mesh.dp_size() << " (give --batch " << mesh.dp_size()
+                << ", or --sp " << world.size() << ")");
   StepOptions options = step_options_from(args);
   PlanRequest found;  // --find-max-seq: the plan the measured steps confirm
   if (find_max) {
@@ -86,7 +91,10 @@ int run_bench(int argc, char** argv, Communicator& world) {
                             mesh.zigzag()))
     return 0;
 
-  LlamaWeights weights(config, options.grad_dtype);
+  const GradientSharding grad_sharding = optimizer_choice.zero >= 2
+                                             ? GradientSharding{&mesh.world(), world.rank(), world.size()}
+                                             : GradientSharding{};
+  LlamaWeights weights(config, options.grad_dtype, grad_sharding);
   weights.init_random(*backend, 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize)
@@ -142,7 +150,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"sp_ring", mesh.ring_size()}, {"zigzag", mesh.zigzag()},
       {"backend", backend->name()}, {"comm", comm.get().name()},
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
-      {"zero", optimizer_choice.shards > 1 ? 1 : 0}, {"offload_optimizer", optimizer_choice.offload},
+      {"zero", optimizer_choice.shards > 1 ? optimizer_choice.zero : 0}, {"offload_optimizer", optimizer_choice.offload},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
       {"head_chunks", options.head_chunks}, {"grad_dtype", dtype_name(options.grad_dtype)},

@@ -139,20 +139,22 @@ bool keep_attention_auto(const Args& args) {
 std::vector<OptionSpec> optimizer_option_specs() {
   return {
       {"zero", true, false, "ZeRO stage over all ranks: 0 (default) = each rank holds the whole AdamW state; 1 = the "
-                            "state sharded, 1/ranks each (stages 2 and 3 are not built yet)"},
+                            "state sharded, 1/ranks each; 2 = the gradients too, reduce-scattered layer by layer "
+                            "during the backward (stage 3 is not built yet)"},
       {"offload-optimizer", false, false, "keep the AdamW state (fp32 master, m, v) in pinned host memory and run "
                                           "the update on the CPU"},
   };
 }
 
 OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks) {
-  const int64_t zero = args.get_int("zero", 0, IntRange{0, 1, "ZeRO stage; stages 2 and 3 are not built yet"});
+  const int64_t zero = args.get_int("zero", 0, IntRange{0, 2, "ZeRO stage; stage 3 is not built yet"});
   OptimizerChoice c;
   c.included = included;
   ULY_CHECK(included || (zero == 0 && !args.has("offload-optimizer")),
             "--zero and --offload-optimizer place the optimizer's state; this step has no optimizer"
             " (drop --no-optimizer, or drop them)");
   c.shards = zero >= 1 ? ranks : 1;
+  c.zero = static_cast<int>(zero);
   c.offload = args.has("offload-optimizer");
   return c;
 }
@@ -161,6 +163,7 @@ void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer) {
   req.optimizer = optimizer.included;
   req.optimizer_shards = optimizer.shards;
   req.optimizer_offload = optimizer.offload;
+  req.gradient_shards = optimizer.zero >= 2 ? optimizer.shards : 1;
 }
 
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,

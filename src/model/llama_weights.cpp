@@ -1,12 +1,24 @@
 #include "model/llama_weights.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ulysses {
 
-LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype) : config_(c), grad_dtype_(grad_dtype) {
+ElementRange shard_range(int64_t n, int rank, int ranks) {
+  ElementRange r;
+  r.block = (n + ranks - 1) / ranks;
+  r.lo = std::min(n, rank * r.block);
+  r.hi = std::min(n, r.lo + r.block);
+  return r;
+}
+
+LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, GradientSharding sharding)
+    : config_(c), grad_dtype_(grad_dtype), sharding_(sharding) {
   ULY_CHECK(grad_dtype == DType::F32 || grad_dtype == DType::BF16,
             "gradient buffers are float32 or bfloat16, not " << dtype_name(grad_dtype));
+  ULY_CHECK(sharding.ranks >= 1 && sharding.rank >= 0 && sharding.rank < sharding.ranks,
+            "gradient sharding: rank " << sharding.rank << " of " << sharding.ranks);
   const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   auto add = [&](const std::string& name, Shape shape) {
     params_.push_back(Parameter{name, std::move(shape), {}, {}});
@@ -37,6 +49,10 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype) : config_(c),
                             &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]});
 }
 
+ElementRange LlamaWeights::grad_range(const Parameter& p) const {
+  return shard_range(shape_numel(p.shape), sharding_.rank, sharding_.ranks);
+}
+
 size_t LlamaWeights::num_elements() const {
   size_t n = 0;
   for (const auto& p : params_) n += static_cast<size_t>(shape_numel(p.shape));
@@ -46,7 +62,9 @@ size_t LlamaWeights::num_elements() const {
 void LlamaWeights::allocate(Backend& backend) {
   for (auto& p : params_) {
     p.value = backend.empty(p.shape, backend.act_dtype(), Pool::Weights);
-    p.grad = backend.empty(p.shape, grad_dtype_, Pool::Gradients);
+    const ElementRange r = grad_range(p);
+    p.grad = grads_sharded() ? backend.empty({r.hi - r.lo}, grad_dtype_, Pool::Gradients)
+                             : backend.empty(p.shape, grad_dtype_, Pool::Gradients);
     backend.zero(p.grad);
   }
 }

@@ -11,11 +11,32 @@
 
 namespace ulysses {
 
+class Communicator;
+
+// Rank r's elements of a flattened parameter of n elements shared by P ranks: [r·c, (r+1)·c)
+// clipped to n, c = ceil(n / P) (equal blocks, the last ones short or empty). ZeRO's layout,
+// for the optimizer's state (stage 1) and the gradients (stage 2).
+struct ElementRange {
+  int64_t lo = 0, hi = 0;
+  int64_t block = 0;  // c: every rank's block size (padded)
+};
+ElementRange shard_range(int64_t n, int rank, int ranks);
+
+// ZeRO stage 2: every gradient sharded over `ranks` ranks, this one holding shard_range(n, rank,
+// ranks) of each. The backward reduce-scatters each group of parameters' gradients over `group`
+// (model/gradient_accumulator.h); a null group (the memory planner's dry run) keeps this rank's
+// block as it is. The group must outlive the weights.
+struct GradientSharding {
+  Communicator* group = nullptr;
+  int rank = 0, ranks = 1;
+};
+
 struct Parameter {
   std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
   Tensor value;  // compute copy on the backend's device, in its act_dtype()
-  Tensor grad;   // on the backend's device: float32, or bfloat16 (LlamaWeights' grad_dtype)
+  Tensor grad;   // on the backend's device: float32, or bfloat16 (LlamaWeights' grad_dtype); with
+                 // gradient sharding, this rank's elements only (flat, LlamaWeights::grad_range)
 };
 
 class LlamaWeights {
@@ -38,7 +59,7 @@ class LlamaWeights {
   // Names and shapes from the config; no memory yet. grad_dtype: the gradient buffers' dtype,
   // float32, or bfloat16 for half their memory (the backward sums each group of parameters in
   // a float32 scratch and adds it into these buffers once: model/gradient_accumulator.h).
-  explicit LlamaWeights(const ModelConfig& config, DType grad_dtype = DType::F32);
+  explicit LlamaWeights(const ModelConfig& config, DType grad_dtype = DType::F32, GradientSharding sharding = {});
   LlamaWeights(const LlamaWeights&) = delete;
   LlamaWeights& operator=(const LlamaWeights&) = delete;
 
@@ -53,6 +74,10 @@ class LlamaWeights {
 
   const ModelConfig& config() const { return config_; }
   DType grad_dtype() const { return grad_dtype_; }
+  const GradientSharding& grad_sharding() const { return sharding_; }
+  bool grads_sharded() const { return sharding_.ranks > 1; }
+  // The elements of p's flattened gradient this rank holds ([0, n) unsharded).
+  ElementRange grad_range(const Parameter& p) const;
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
   Parameter& embed() { return params_[embed_]; }
@@ -65,6 +90,7 @@ class LlamaWeights {
  private:
   ModelConfig config_;
   DType grad_dtype_;
+  GradientSharding sharding_;
   std::vector<Parameter> params_;
   std::vector<Layer> layers_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;

@@ -43,7 +43,8 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
   auto ring = make_simulated_communicator(r.ring, 0);
   MemorySnapshot out;
   {
-    LlamaWeights weights(r.config, r.options.grad_dtype);
+    // ZeRO stage 2: rank 0's gradient shards, its blocks taken as they are (no peers to sum with).
+    LlamaWeights weights(r.config, r.options.grad_dtype, GradientSharding{nullptr, 0, r.gradient_shards});
     weights.allocate(*backend);
     // Rank 0 holds the largest share of sharded optimizer state (the last ranks' may be short).
     auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0);

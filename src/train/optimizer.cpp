@@ -20,10 +20,6 @@ double learning_rate(const OptimizerConfig& c, int64_t step) {
 
 namespace {
 
-// Rank r's elements of a parameter of n elements over P ranks: [r·c, (r+1)·c) clipped to n,
-// c = ceil(n / P) (the all-gather's equal blocks).
-int64_t piece(int64_t n, int P) { return (n + P - 1) / P; }
-
 // Elements per host round trip of the offloaded update (64 MiB of float32 each way).
 constexpr int64_t kHostChunk = int64_t{1} << 24;
 
@@ -36,13 +32,18 @@ AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Op
       group_(placement.shard_group != nullptr && placement.shard_group->size() > 1 ? placement.shard_group : nullptr),
       offload_(placement.offload) {
   const int P = shards(), r = group_ == nullptr ? 0 : group_->rank();
+  // ZeRO stage 2: this rank holds only the gradients of the elements it updates.
+  const GradientSharding& sh = w_.grad_sharding();
+  ULY_CHECK(!w_.grads_sharded() || (sh.ranks == P && sh.rank == r),
+            "the gradients are sharded over " << sh.ranks << " ranks (ZeRO stage 2) but the optimizer's state over "
+                                              << P << ": shard both over the same ranks");
   const Pool pool = offload_ ? Pool::HostOptimizer : Pool::Optimizer;
   int64_t largest = 0;
   for (Parameter& p : w_.params()) {
     Slot s;
-    const int64_t n = p.value.numel(), c = piece(n, P);
-    s.lo = std::min(n, r * c);
-    s.hi = std::min(n, s.lo + c);
+    const ElementRange range = shard_range(p.value.numel(), r, P);
+    s.lo = range.lo;
+    s.hi = range.hi;
     largest = std::max(largest, s.hi - s.lo);
     s.master = be_.empty({s.hi - s.lo}, DType::F32, pool);
     s.m = be_.empty({s.hi - s.lo}, DType::F32, pool);
@@ -88,7 +89,7 @@ void AdamW::update_on_host(AdamWParams a) {
   for (size_t i = 0; i < slots_.size(); ++i)
     for (int64_t lo = 0; lo < slots_[i].hi - slots_[i].lo; lo += size)
       chunks.push_back({i, lo, std::min(slots_[i].hi - slots_[i].lo, lo + size)});
-  const auto grad_of = [&](const Chunk& c) { return part(w_.params()[c.slot].grad, slots_[c.slot]).slice(c.lo, c.hi); };
+  const auto grad_of = [&](const Chunk& c) { return grad_part(w_.params()[c.slot], slots_[c.slot]).slice(c.lo, c.hi); };
   const bool device = !w_.params().empty() && w_.params()[0].value.device() != Device::CPU;
   Tensor scratch[2];  // the new weights in float32 on the device, before the cast
   uint64_t incoming = 0;
@@ -131,6 +132,10 @@ void AdamW::update_on_host(AdamWParams a) {
 
 Tensor AdamW::part(const Tensor& t, const Slot& s) { return t.reshape({t.numel()}).slice(s.lo, s.hi); }
 
+Tensor AdamW::grad_part(const Parameter& p, const Slot& s) const {
+  return w_.grads_sharded() ? p.grad : part(p.grad, s);
+}
+
 void AdamW::load_master(const ModelFolder& folder) {
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Parameter& p = w_.params()[i];
@@ -141,10 +146,16 @@ void AdamW::load_master(const ModelFolder& folder) {
 AdamW::StepInfo AdamW::step() {
   ProfileScope prof(be_, "optimizer");
   StepInfo info;
-  // The gradients are whole on every rank: the norm needs no communication.
+  // Whole gradients are the same on every rank: their norm needs no communication; sharded ones
+  // (ZeRO stage 2) sum their squares over the group.
   std::vector<const Tensor*> grads;
   for (const Parameter& p : w_.params()) grads.push_back(&p.grad);
-  info.grad_norm = std::sqrt(be_.sum_squares_all(grads));
+  double squares = be_.sum_squares_all(grads);
+  if (w_.grads_sharded()) {
+    double local = squares;
+    group_->all_reduce(&local, &squares, 1, DType::F64, ReduceOp::Sum);
+  }
+  info.grad_norm = std::sqrt(squares);
   if (!std::isfinite(info.grad_norm)) {
     info.applied = false;
     info.lr = learning_rate(config_, steps_ + 1);
@@ -171,7 +182,7 @@ AdamW::StepInfo AdamW::step() {
       if (s.hi == s.lo) continue;
       a.weight_decay = s.decay ? config_.weight_decay : 0.0;
       Tensor weight = part(p.value, s);
-      be_.adamw_step(s.master, s.m, s.v, weight, part(p.grad, s), a);
+      be_.adamw_step(s.master, s.m, s.v, weight, grad_part(p, s), a);
     }
   }
   if (group_ != nullptr) {
@@ -186,7 +197,7 @@ AdamW::StepInfo AdamW::step() {
 
 void AdamW::all_gather_parts(Tensor& flat, const Slot& s) const {
   const int P = group_->size();
-  const int64_t n = flat.numel(), c = piece(n, P), r = group_->rank();
+  const int64_t n = flat.numel(), c = shard_range(n, 0, P).block, r = group_->rank();
   if (n == c * P) {  // equal blocks: in place, this rank's block already where it belongs
     all_gather(*group_, be_, flat.slice(s.lo, s.hi), flat);
     return;

@@ -4,7 +4,9 @@
 // rank keeps master, m and v for its 1/P of every parameter's elements, updates
 // that part of the weights, and the updated weights are all-gathered. Gradients
 // are whole on every rank (all-reduced by the step), so the update, elementwise,
-// is bit-identical to the unsharded one.
+// is bit-identical to the unsharded one; or (ZeRO stage 2) sharded as the state is,
+// each rank holding the reduce-scattered sums of its elements only (LlamaWeights'
+// grad_sharding, the same blocks).
 #pragma once
 #include <memory>
 #include <string>
@@ -83,6 +85,8 @@ class AdamW {
   };
   // A parameter's elements [lo, hi) as a flat view.
   static Tensor part(const Tensor& t, const Slot& s);
+  // The gradient of a slot's elements: part of p's whole gradient, or p's shard (ZeRO stage 2).
+  Tensor grad_part(const Parameter& p, const Slot& s) const;
   // The whole of one of a slot's tensors on the host, in the parameter's shape.
   Tensor gather(const Tensor& shard, const Slot& s, const Shape& shape) const;
   // flat (a parameter's n elements, on the device or the host) holds this rank's part at

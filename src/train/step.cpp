@@ -48,9 +48,11 @@ class GradientReduction {
   GradientReduction(LlamaWeights& weights, Backend& backend, Communicator& world, bool per_layer)
       : weights_(weights), backend_(backend), world_(world), per_layer_(per_layer && world.size() > 1),
         started_(weights.params().size(), false) {}
+  // Sharded gradients (ZeRO stage 2) were reduce-scattered by the backward itself.
+  bool needed() const { return !weights_.grads_sharded(); }
 
   std::function<void(int64_t)> layer_hook() {
-    if (!per_layer_) return {};
+    if (!per_layer_ || !needed()) return {};
     return [this](int64_t l) {
       ProfileScope prof(backend_, "grad all-reduce");
       if (weights_.grad_dtype() != DType::F32) wait_all(pending_);
@@ -59,6 +61,7 @@ class GradientReduction {
   }
 
   void finish() {
+    if (!needed()) return;
     ProfileScope prof(backend_, "grad all-reduce");
     const bool one_at_a_time = weights_.grad_dtype() != DType::F32;
     for (Parameter& p : weights_.params()) {
@@ -100,7 +103,17 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
   // Every rank knows the global count, so each token's gradient is scaled by
   // 1/N up front and a rank with no valid target contributes exactly zero.
   const double grad_scale = r.valid_targets > 0 ? 1.0 / static_cast<double>(r.valid_targets) : 0.0;
-  GradientReduction reduction(weights, backend, mesh.world(), same_shard_count(shards, mesh));
+  const bool same_count = same_shard_count(shards, mesh);
+  if (weights.grads_sharded()) {
+    const GradientSharding& sh = weights.grad_sharding();
+    ULY_CHECK(sh.group != nullptr && sh.group->size() == mesh.world().size() && sh.rank == mesh.world().rank(),
+              "sharded gradients (ZeRO stage 2) must be sharded over the whole world of " << mesh.world().size()
+                                                                                           << " ranks");
+    ULY_CHECK(same_count, "ZeRO stage 2 reduce-scatters each layer's gradients during the backward, so every rank "
+                          "must hold as many rows of the batch: give a number of rows that is a multiple of dp = "
+                              << mesh.dp_size() << " (bench: --batch)");
+  }
+  GradientReduction reduction(weights, backend, mesh.world(), same_count);
   double local_sum = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     // A layer's gradients are final after the last shard's backward of that layer.

@@ -174,6 +174,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.device = backend->device();
   plan.optimizer = true;
   plan.optimizer_shards = cfg.zero >= 1 ? world.size() : 1;
+  plan.gradient_shards = cfg.zero >= 2 ? world.size() : 1;
   plan.optimizer_offload = cfg.offload_optimizer;
   plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
   plan.runtime = backend.get();
@@ -191,7 +192,10 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   }
   world.barrier();
 
-  LlamaWeights weights(mc, cfg.memory.grad_dtype);
+  // ZeRO stage 2: the gradients sharded over the world as the optimizer's state is.
+  const GradientSharding grad_sharding =
+      cfg.zero >= 2 ? GradientSharding{&mesh.world(), world.rank(), world.size()} : GradientSharding{};
+  LlamaWeights weights(mc, cfg.memory.grad_dtype, grad_sharding);
   std::unique_ptr<ModelFolder> folder;
   if (!cfg.model.empty()) {
     folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));
@@ -286,7 +290,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                                                                                         : Pool::Optimizer))
                                    << " per rank"
                                    << (optimizer.shards() > 1
-                                           ? " (ZeRO stage 1: 1/" + std::to_string(optimizer.shards()) + " of it)"
+                                           ? " (ZeRO stage " + std::to_string(cfg.zero) + ": 1/" +
+                                                 std::to_string(optimizer.shards()) + " of it" +
+                                                 (cfg.zero >= 2 ? ", and of the gradients)" : ")")
                                            : std::string())
                                    << (cfg.offload_optimizer ? ", in pinned host memory, updated on the CPU"
                                                              : ", on the device"));
