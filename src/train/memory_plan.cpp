@@ -53,10 +53,14 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
                                     OptimizerPlacement{optimizer_group.get(), r.optimizer_offload});
     // The attention working set per rank is the scheme's own: Ulysses' gathered heads, the
     // ring's K/V blocks in flight and fp32 accumulators, or both (parallel/ring_attention.h).
+    // With --head-chunks the attention runs one chunk of H/C heads at a time: built for a chunk.
     const ModelConfig& c = r.config;
+    const int64_t chunks = std::max<int64_t>(1, r.options.head_chunks);
+    check_head_chunks(c.num_attention_heads, c.num_key_value_heads, layout.ulysses(), chunks);
     LlamaModel model(weights, *backend,
-                     make_sequence_attention(*backend, *ulysses, *ring, layout.zigzag(), c.num_attention_heads,
-                                             c.num_key_value_heads, c.head_dim),
+                     make_sequence_attention(*backend, *ulysses, *ring, layout.zigzag(),
+                                             c.num_attention_heads / chunks, c.num_key_value_heads / chunks,
+                                             c.head_dim),
                      r.options);
     TokenBatch batch;  // one sequence of the planned length; the values do not matter
     batch.B = 1;

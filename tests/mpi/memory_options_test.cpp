@@ -12,6 +12,7 @@
 #include "mpi/mpi_test_main.h"
 #include "io/model_folder.h"
 #include "test_util.h"
+#include "train/memory_plan.h"
 #include "train/step.h"
 
 namespace ulysses::test {
@@ -251,6 +252,47 @@ TEST(MemoryOptions, Bf16GradientBuffersEveryDegree) {
   StepOptions o16;
   o16.grad_dtype = DType::BF16;
   EXPECT_THROW({ LlamaModel refused(w32, *be, mesh.sp(), o16); }, Error);
+}
+
+// The plan of a head-chunked step at a sequence-parallel degree is what each rank measures (the
+// planner builds the attention for one chunk of heads, as the model does).
+TEST(MemoryOptions, HeadChunkPlansAreMeasuredAtEveryDegree) {
+  const ModelConfig c = chunkable_config();
+  const TokenBatch batch = two_documents(c, 320, 160, 41);
+  int64_t checked = 0, degrees = 0;
+  for (int sp : ProcessMesh::valid_sp_values(world().size())) {
+    if (sp == 1 || !fits(c, sp) || (c.num_attention_heads / 2) % sp != 0) continue;
+    ++degrees;
+    StepOptions o;
+    o.head_chunks = 2;
+    o.checkpoint = true;
+    PlanRequest r;
+    r.config = c;
+    r.seq_len = batch.S;
+    r.sp = sp;
+    r.options = o;
+    r.documents = 2;
+    const MemorySnapshot plan = plan_step_memory(r);
+    auto be = make_cpu_backend();
+    MemorySnapshot measured;
+    bool holds_row = false;  // the batch's one row goes to data-parallel group 0
+    {
+      LlamaWeights w(c);
+      w.init_random(*be, 3);
+      ProcessMesh mesh(world(), sp);
+      holds_row = mesh.dp_rank() == 0;
+      LlamaModel model(w, *be, mesh.sp(), o);
+      be->pools().reset_peaks();
+      compute_loss_and_grads(model, w, *be, mesh, batch);
+      measured = MemorySnapshot::of(be->pools());
+    }
+    if (!holds_row) continue;
+    SCOPED_TRACE("sp=" + std::to_string(sp));
+    EXPECT_EQ(plan.device.peak, measured.device.peak);
+    EXPECT_EQ(plan.peak(Pool::Working), measured.peak(Pool::Working));
+    ++checked;
+  }
+  if (degrees > 0) EXPECT_GT(sum_over_ranks(checked), 0);  // the ranks holding the row compared
 }
 
 // A chunk count the heads cannot take is refused, naming the rule.
