@@ -91,10 +91,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
                             mesh.zigzag()))
     return 0;
 
-  const GradientSharding grad_sharding = optimizer_choice.zero >= 2
-                                             ? GradientSharding{&mesh.world(), world.rank(), world.size()}
-                                             : GradientSharding{};
-  LlamaWeights weights(config, options.grad_dtype, grad_sharding);
+  LlamaWeights weights(config, options.grad_dtype,
+                       optimizer_choice.zero >= 2 ? shard_gradients_over(mesh.world()) : GradientSharding{});
   weights.init_random(*backend, 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/communicator.h"
+
 namespace ulysses {
 
 ElementRange shard_range(int64_t n, int rank, int ranks) {
@@ -48,6 +50,8 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, GradientShard
     layers_.push_back(Layer{&params_[i.in], &params_[i.q], &params_[i.k], &params_[i.v], &params_[i.o],
                             &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]});
 }
+
+GradientSharding shard_gradients_over(Communicator& group) { return {&group, group.rank(), group.size()}; }
 
 ElementRange LlamaWeights::grad_range(const Parameter& p) const {
   return shard_range(shape_numel(p.shape), sharding_.rank, sharding_.ranks);

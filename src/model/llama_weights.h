@@ -30,6 +30,8 @@ struct GradientSharding {
   Communicator* group = nullptr;
   int rank = 0, ranks = 1;
 };
+// Sharded over every rank of `group`, as this rank of it.
+GradientSharding shard_gradients_over(Communicator& group);
 
 struct Parameter {
   std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"

@@ -1,5 +1,6 @@
 #include "parallel/collectives.h"
 
+#include <optional>
 #include <vector>
 
 namespace ulysses {
@@ -41,20 +42,27 @@ class TensorRequest final : public CommRequest {
 };
 
 // Runs `start(send_buffer, recv_buffer)` on the buffers the communicator takes: the
-// tensors themselves, or host copies staged here (the result copied back into recv
-// by the returned request's wait()). start returns the communicator's request.
-// in_place: send and recv are one tensor (all_reduce), so one host buffer serves both.
+// tensors themselves, or copies staged here (the result copied back into recv by the
+// returned request's wait()): in host memory when the communicator takes no device
+// buffers, and in the dtype `wire` when it is not the tensors' own (copies convert).
+// start returns the communicator's request. in_place: send and recv are one tensor
+// (all_reduce), so one buffer serves both.
 template <class Start>
 CommHandle staged(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv, Start start,
-                  bool in_place = false) {
-  if (!needs_staging(comm, send)) {
+                  bool in_place = false, std::optional<DType> wire_dtype = std::nullopt) {
+  const DType wire = wire_dtype.value_or(send.dtype());
+  const bool to_host = needs_staging(comm, send);
+  if (!to_host && wire == send.dtype()) {
     CommHandle inner = start(send.raw(), recv.raw());
     return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{send, recv}, Tensor{},
                                            Tensor{});
   }
-  Tensor hs = Tensor::empty(send.shape(), send.dtype(), backend.offload_allocator());
+  const auto buffer = [&](const Shape& shape) {
+    return to_host ? Tensor::empty(shape, wire, backend.offload_allocator()) : backend.empty(shape, wire);
+  };
+  Tensor hs = buffer(send.shape());
   backend.copy(hs, send);
-  Tensor hr = in_place ? hs : Tensor::empty(recv.shape(), recv.dtype(), backend.offload_allocator());
+  Tensor hr = in_place ? hs : buffer(recv.shape());
   CommHandle inner = start(hs.raw(), hr.raw());
   return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{hs, send}, hr, recv);
 }
@@ -83,19 +91,13 @@ CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& se
 CommHandle all_reduce_sum_async(Communicator& comm, Backend& backend, Tensor& t) {
   if (comm.size() == 1) return completed_request();
   const size_t count = static_cast<size_t>(t.numel());
-  if (t.dtype() == DType::BF16) {
-    // Summed in float32: a float32 copy (in host memory when staged, else on the device) is
-    // reduced, and wait() rounds the sum back into t, once.
-    Tensor wide = needs_staging(comm, t) ? Tensor::empty(t.shape(), DType::F32, backend.offload_allocator())
-                                         : backend.empty(t.shape(), DType::F32);
-    backend.copy(wide, t);
-    CommHandle inner = comm.all_reduce_async(wide.raw(), wide.raw(), count, DType::F32, ReduceOp::Sum);
-    return std::make_unique<TensorRequest>(backend, std::move(inner), std::vector<Tensor>{t}, wide, t);
-  }
+  // A bfloat16 tensor is summed in float32: a float32 copy is reduced, and wait() rounds the sum
+  // back into t, once.
+  const DType wire = t.dtype() == DType::BF16 ? DType::F32 : t.dtype();
   return staged(
       comm, backend, t, t,
-      [&](const void* s, void* r) { return comm.all_reduce_async(s, r, count, t.dtype(), ReduceOp::Sum); },
-      /*in_place=*/true);
+      [&](const void* s, void* r) { return comm.all_reduce_async(s, r, count, wire, ReduceOp::Sum); },
+      /*in_place=*/true, wire);
 }
 
 void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {

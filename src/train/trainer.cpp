@@ -193,9 +193,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   world.barrier();
 
   // ZeRO stage 2: the gradients sharded over the world as the optimizer's state is.
-  const GradientSharding grad_sharding =
-      cfg.zero >= 2 ? GradientSharding{&mesh.world(), world.rank(), world.size()} : GradientSharding{};
-  LlamaWeights weights(mc, cfg.memory.grad_dtype, grad_sharding);
+  LlamaWeights weights(mc, cfg.memory.grad_dtype,
+                       cfg.zero >= 2 ? shard_gradients_over(mesh.world()) : GradientSharding{});
   std::unique_ptr<ModelFolder> folder;
   if (!cfg.model.empty()) {
     folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));

@@ -172,8 +172,7 @@ Trajectory train(const ModelConfig& c, int sp, int zero, bool offload, int steps
   auto be = make_cpu_backend();
   Trajectory out;
   {
-    const GradientSharding sharding = zero >= 2 ? GradientSharding{&w, w.rank(), w.size()} : GradientSharding{};
-    LlamaWeights weights(c, DType::F32, sharding);
+    LlamaWeights weights(c, DType::F32, zero >= 2 ? shard_gradients_over(w) : GradientSharding{});
     weights.init_random(*be, 23);
     LlamaModel model(weights, *be, mesh.sp(), {});
     OptimizerConfig oc;

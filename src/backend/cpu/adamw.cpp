@@ -41,7 +41,10 @@ template <class T>
 double sum_squares(const T* x, int64_t n) {
   double s = 0;
   // A fixed reduction order (no OpenMP) keeps clipping bit-reproducible.
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = load(x[i]);
+    s += e * e;
+  }
   return s;
 }
 
@@ -53,14 +56,6 @@ template void adamw_step<float, Bf16>(float*, float*, float*, float*, const Bf16
                                       double, double, int64_t, double);
 template double sum_squares<float>(const float*, int64_t);
 template double sum_squares<double>(const double*, int64_t);
-
-double sum_squares_bf16(const Bf16* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = bf16_to_float(x[i].bits);
-    s += e * e;
-  }
-  return s;
-}
+template double sum_squares<Bf16>(const Bf16*, int64_t);
 
 }  // namespace ulysses::cpu

@@ -280,7 +280,7 @@ class CpuBackend final : public Backend {
   }
 
   double sum_squares_impl(const Tensor& x) override {
-    if (x.dtype() == DType::BF16) return cpu::sum_squares_bf16(ptr<cpu::Bf16>(x), x.numel());
+    if (x.dtype() == DType::BF16) return cpu::sum_squares(ptr<cpu::Bf16>(x), x.numel());
     double s = 0;
     dispatch(x.dtype(), [&](auto t) {
       using T = decltype(t);

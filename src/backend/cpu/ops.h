@@ -116,7 +116,7 @@ void axpy(T* y, const T* x, double alpha, int64_t n);
 template <class T, class G = T>
 void adamw_step(T* master, T* m, T* v, T* weight, const G* grad, int64_t n, double lr, double beta1, double beta2,
                 double eps, double weight_decay, int64_t step, double grad_scale);
-// Sum of squares in double.
+// Sum of squares in double; T = float, double or Bf16 (a bfloat16 gradient buffer).
 template <class T>
 double sum_squares(const T* x, int64_t n);
 
@@ -127,7 +127,6 @@ struct Bf16 {
 };
 // y += alpha * x summed in float32, rounded to bfloat16 once (the CUDA kernel's arithmetic).
 void axpy_bf16(Bf16* y, const float* x, double alpha, int64_t n);
-double sum_squares_bf16(const Bf16* x, int64_t n);
 
 // dst: [N, Hd, d], src: [N, Hs, d]: dst[:, dst_head0 + i] = (or +=) src[:, src_head0 + i], i < n_heads.
 template <class T>
