@@ -8,6 +8,7 @@
 // act_dtype() for compute with fp32 master copies; gradients of weights are fp32.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,6 +117,13 @@ class Backend {
   // dst and src: same numel; any of host/device on either side; float dtypes are converted.
   void copy(Tensor& dst, const Tensor& src);
   virtual void synchronize() = 0;
+  // synchronize(), calling poll() while the device works (a communicator's progress(): MPI moves
+  // nonblocking collectives only inside MPI calls, so a host that waits for the GPU in MPI's
+  // stead would leave them standing). Backends without a device queue poll once.
+  virtual void synchronize_polling(const std::function<void()>& poll) {
+    synchronize();
+    poll();
+  }
 
   // ---- ops (see backend/cpu/ops.h for the exact semantics) ----
   void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table);

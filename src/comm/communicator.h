@@ -60,16 +60,24 @@ class Communicator {
   virtual void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                         DType dtype, int tag) = 0;
 
-  // Asynchronous forms of all_reduce and sendrecv, with the same arguments. Every rank
-  // issues the calls of one group in the same order, blocking and asynchronous alike.
+  // Asynchronous forms of all_reduce, all_gather, reduce_scatter and sendrecv, with the same
+  // arguments (and in-place forms). Every rank issues the calls of one group in the same
+  // order, blocking and asynchronous alike; several may be in flight at once.
   //  - Host buffers (MPI): the call starts the transfer; wait() returns once it is complete.
+  //    An all_gather or reduce_scatter too large for one MPI call runs blocking, split, and
+  //    returns a completed request (mpi_communicator.cpp).
   //  - Device buffers (NCCL with a compute stream): the transfer is queued after the work
   //    already on the compute stream and runs beside later work there; the call and wait()
   //    return at once, and work queued on the compute stream after wait() sees the result.
   // The defaults run the blocking call and return a completed request.
   virtual CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  virtual CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype);
+  virtual CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
   virtual CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
                                     int source, DType dtype, int tag);
+  // Moves transfers in flight along without waiting (MPI progresses nonblocking collectives only
+  // inside MPI calls; NCCL needs nothing). Called while the host waits for the device.
+  virtual void progress() {}
   virtual void barrier() = 0;
   // Ranks with the same color form a new group, ordered by key (then by old rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -16,7 +16,12 @@
 // be equal on every rank (count, dtype), so all ranks take the same path.
 //
 // Asynchronous calls: all_reduce_async is MPI_Iallreduce per slice; sendrecv_async
-// posts MPI_Irecv then MPI_Isend per slice (the blocking sendrecv waits on it). The
+// posts MPI_Irecv then MPI_Isend per slice (the blocking sendrecv waits on it);
+// all_gather_async is MPI_Iallgather and reduce_scatter_async MPI_Ireduce_scatter_block
+// when the call fits one MPI call. Beyond that they run the blocking split rounds
+// above and return a completed request: the rounds of reduce_scatter share one
+// scratch buffer, so they cannot be in flight together, and calls that large (over
+// INT_MAX elements outside tests) are too rare to be worth overlapping. The
 // request's wait() is MPI_Waitall plus the check of each receive's element count.
 #include "comm/mpi_communicator.h"
 
@@ -272,56 +277,29 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override {
-    const size_t es = dtype_size(dtype), block = count * es, P = size_;
-    const bool in_place = send == cptr(recv, rank_ * block);
-    if (!in_place) check_disjoint("all_gather", send, block, recv, P * block);
+    const bool in_place = check_all_gather(send, recv, count, dtype);
     if (count == 0) return;
-    const MPI_Datatype T = mpi_type(dtype);
-    const size_t L = g_max_count;
-    if (count <= L) {
-      ULY_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), T, recv,
-                                  static_cast<int>(count), T, comm_),
-                    "MPI_Allgather(" << count << " " << dtype_name(dtype) << " per rank, " << size_ << " ranks)");
+    if (count > g_max_count) {
+      all_gather_split(send, recv, count, dtype, in_place);
       return;
     }
-    for (size_t off = 0; off < count; off += L) {
-      const size_t c = std::min(L, count - off);
-      TypeHandle slice;
-      slice.make(T, c, block);
-      // In place, MPI reads this rank's slice from recv + off + rank * extent, where it already is.
-      ULY_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : cptr(send, off * es), static_cast<int>(c), T,
-                                  ptr(recv, off * es), 1, slice.get(), comm_),
-                    "MPI_Allgather(slice of " << c << " of " << count << " " << dtype_name(dtype) << ")");
-    }
+    const MPI_Datatype T = mpi_type(dtype);
+    ULY_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), T, recv,
+                                static_cast<int>(count), T, comm_),
+                  "MPI_Allgather(" << count << " " << dtype_name(dtype) << " per rank, " << size_ << " ranks)");
   }
 
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    const MPI_Datatype T = reducible_type(dtype, "reduce_scatter");
-    const size_t es = dtype_size(dtype), block = count * es, P = size_;
-    const bool in_place = send == recv;
-    if (!in_place) check_disjoint("reduce_scatter", send, P * block, recv, block);
+    const bool in_place = check_reduce_scatter(send, recv, count, dtype);
     if (count == 0) return;
-    // The whole send buffer (P × count) is one MPI argument for some implementations.
-    const size_t L = g_max_count;
-    if (count <= L / P) {
-      ULY_MPI_CHECK(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, static_cast<int>(count), T,
-                                             mpi_op(op), comm_),
-                    "MPI_Reduce_scatter_block(" << op_name(op) << ", " << count << " " << dtype_name(dtype)
-                                                << " per rank, " << size_ << " ranks)");
+    if (!fits_one_reduce_scatter(count)) {
+      reduce_scatter_split(send, recv, count, dtype, op);
       return;
     }
-    const size_t c_max = std::max<size_t>(1, std::min(L / P, kScratchBytes / (P * es)));
-    const size_t c_first = std::min(c_max, count);
-    std::unique_ptr<char[]> scratch(new char[P * c_first * es]);
-    // In place, round k writes recv[off, off + c), rank 0's slice, which this round has already packed
-    // and no later round reads.
-    for (size_t off = 0; off < count; off += c_max) {
-      const size_t c = std::min(c_max, count - off);
-      for (size_t r = 0; r < P; ++r) std::memcpy(scratch.get() + r * c * es, cptr(send, r * block + off * es), c * es);
-      ULY_MPI_CHECK(MPI_Reduce_scatter_block(scratch.get(), ptr(recv, off * es), static_cast<int>(c), T, mpi_op(op),
-                                             comm_),
-                    "MPI_Reduce_scatter_block(slice of " << c << " of " << count << " " << dtype_name(dtype) << ")");
-    }
+    ULY_MPI_CHECK(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                           mpi_type(dtype), mpi_op(op), comm_),
+                  "MPI_Reduce_scatter_block(" << op_name(op) << ", " << count << " " << dtype_name(dtype)
+                                              << " per rank, " << size_ << " ranks)");
   }
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
@@ -402,6 +380,41 @@ class MpiCommunicator final : public Communicator {
     return request;
   }
 
+  CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
+    const bool in_place = check_all_gather(send, recv, count, dtype);
+    if (count == 0) return completed_request();
+    if (count > g_max_count) {  // split rounds, blocking (see the header comment)
+      all_gather_split(send, recv, count, dtype, in_place);
+      return completed_request();
+    }
+    const MPI_Datatype T = mpi_type(dtype);
+    const std::string what =
+        "MPI_Iallgather(" + std::to_string(count) + " " + dtype_name(dtype) + " per rank, " + std::to_string(size_) +
+        " ranks)";
+    auto request = std::make_unique<MpiRequest>(what, T, 1);
+    ULY_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), T, recv,
+                                 static_cast<int>(count), T, comm_, request->add()),
+                  what);
+    return request;
+  }
+
+  CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    const bool in_place = check_reduce_scatter(send, recv, count, dtype);
+    if (count == 0) return completed_request();
+    if (!fits_one_reduce_scatter(count)) {  // packed rounds, blocking (see the header comment)
+      reduce_scatter_split(send, recv, count, dtype, op);
+      return completed_request();
+    }
+    const MPI_Datatype T = mpi_type(dtype);
+    const std::string what = "MPI_Ireduce_scatter_block(" + std::string(op_name(op)) + ", " + std::to_string(count) +
+                             " " + dtype_name(dtype) + " per rank, " + std::to_string(size_) + " ranks)";
+    auto request = std::make_unique<MpiRequest>(what, T, 1);
+    ULY_MPI_CHECK(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, static_cast<int>(count), T,
+                                            mpi_op(op), comm_, request->add()),
+                  what);
+    return request;
+  }
+
   CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                             DType dtype, int tag) override {
     check_peer("sendrecv to", dest, tag);
@@ -433,6 +446,12 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override { ULY_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier(" << size_ << " ranks)"); }
 
+  // Any MPI call runs the library's progress engine; a probe receives nothing.
+  void progress() override {
+    int flag = 0;
+    ULY_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     ULY_CHECK(color >= 0, "split with negative color " << color << " (every rank must join a group)");
     MPI_Comm sub = MPI_COMM_NULL;
@@ -448,6 +467,60 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // all_gather's argument checks (both forms); true when send is this rank's block of recv (in place).
+  bool check_all_gather(const void* send, const void* recv, size_t count, DType dtype) const {
+    const size_t block = count * dtype_size(dtype), P = size_;
+    const bool in_place = send == cptr(recv, rank_ * block);
+    if (!in_place) check_disjoint("all_gather", send, block, recv, P * block);
+    return in_place;
+  }
+
+  // reduce_scatter's argument checks (both forms); true when send == recv (in place).
+  bool check_reduce_scatter(const void* send, const void* recv, size_t count, DType dtype) const {
+    reducible_type(dtype, "reduce_scatter");
+    const size_t block = count * dtype_size(dtype), P = size_;
+    const bool in_place = send == recv;
+    if (!in_place) check_disjoint("reduce_scatter", send, P * block, recv, block);
+    return in_place;
+  }
+
+  // The whole send buffer (P × count) is one MPI argument for some implementations.
+  bool fits_one_reduce_scatter(size_t count) const { return count <= g_max_count / static_cast<size_t>(size_); }
+
+  // all_gather of count > mpi_max_count(): rounds over slices of every block.
+  void all_gather_split(const void* send, void* recv, size_t count, DType dtype, bool in_place) {
+    const size_t es = dtype_size(dtype), block = count * es;
+    const MPI_Datatype T = mpi_type(dtype);
+    const size_t L = g_max_count;
+    for (size_t off = 0; off < count; off += L) {
+      const size_t c = std::min(L, count - off);
+      TypeHandle slice;
+      slice.make(T, c, block);
+      // In place, MPI reads this rank's slice from recv + off + rank * extent, where it already is.
+      ULY_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : cptr(send, off * es), static_cast<int>(c), T,
+                                  ptr(recv, off * es), 1, slice.get(), comm_),
+                    "MPI_Allgather(slice of " << c << " of " << count << " " << dtype_name(dtype) << ")");
+    }
+  }
+
+  // reduce_scatter too large for one call: rounds that pack slice k of every block into scratch.
+  void reduce_scatter_split(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    const size_t es = dtype_size(dtype), block = count * es, P = size_;
+    const MPI_Datatype T = mpi_type(dtype);
+    const size_t c_max = std::max<size_t>(1, std::min(g_max_count / P, kScratchBytes / (P * es)));
+    const size_t c_first = std::min(c_max, count);
+    std::unique_ptr<char[]> scratch(new char[P * c_first * es]);
+    // In place, round k writes recv[off, off + c), rank 0's slice, which this round has already packed
+    // and no later round reads.
+    for (size_t off = 0; off < count; off += c_max) {
+      const size_t c = std::min(c_max, count - off);
+      for (size_t r = 0; r < P; ++r) std::memcpy(scratch.get() + r * c * es, cptr(send, r * block + off * es), c * es);
+      ULY_MPI_CHECK(MPI_Reduce_scatter_block(scratch.get(), ptr(recv, off * es), static_cast<int>(c), T, mpi_op(op),
+                                             comm_),
+                    "MPI_Reduce_scatter_block(slice of " << c << " of " << count << " " << dtype_name(dtype) << ")");
+    }
+  }
+
   void check_peer(const char* what, int peer, int tag) const {
     ULY_CHECK(peer >= 0 && peer < size_, what << " rank " << peer << " in a group of " << size_ << " ranks");
     ULY_CHECK(tag >= 0 && tag <= tag_ub_, "tag " << tag << " outside MPI's range [0, " << tag_ub_ << "]");

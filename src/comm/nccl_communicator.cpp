@@ -126,13 +126,20 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override {
-    if (count == 0) return;
-    run([&] { NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_)); });
+    all_gather_async(send, recv, count, dtype)->wait();
+  }
+  CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
+    if (count == 0) return completed_request();
+    return enqueue([&] { NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_)); });
   }
 
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    if (count == 0) return;
-    run([&] { NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_)); });
+    reduce_scatter_async(send, recv, count, dtype, op)->wait();
+  }
+  CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    if (count == 0) return completed_request();
+    return enqueue(
+        [&] { NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_)); });
   }
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {

@@ -60,10 +60,20 @@ class RoutingCommunicator final : public Communicator {
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     return route("all_reduce", {send, recv}).all_reduce_async(send, recv, count, dtype, op);
   }
+  CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
+    return route("all_gather", {send, recv}).all_gather_async(send, recv, count, dtype);
+  }
+  CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    return route("reduce_scatter", {send, recv}).reduce_scatter_async(send, recv, count, dtype, op);
+  }
   CommHandle sendrecv_async(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                             DType dtype, int tag) override {
     return route("sendrecv", {send, recv})
         .sendrecv_async(send, send_count, dest, recv, recv_count, source, dtype, tag);
+  }
+  void progress() override {
+    host_->progress();
+    device_->progress();
   }
   void barrier() override { host_->barrier(); }
 

@@ -61,6 +61,9 @@ CommHandle staged(Communicator& comm, Backend& backend, const Tensor& send, Tens
     return to_host ? Tensor::empty(shape, wire, backend.offload_allocator()) : backend.empty(shape, wire);
   };
   Tensor hs = buffer(send.shape());
+  // The copy waits for the compute that makes `send`: meanwhile the transfers already in flight
+  // move on (a layer's reduce-scatter during the next layer's backward).
+  if (to_host && send.device() != Device::CPU) backend.synchronize_polling([&] { comm.progress(); });
   backend.copy(hs, send);
   Tensor hr = in_place ? hs : buffer(recv.shape());
   CommHandle inner = start(hs.raw(), hr.raw());
@@ -116,20 +119,34 @@ void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t) {
   all_reduce_sum_async(comm, backend, t)->wait();
 }
 
-void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
+CommHandle all_gather_async(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
   ULY_CHECK(recv.numel() == send.numel() * comm.size() && send.dtype() == recv.dtype(),
             "all_gather: recv " << recv.describe() << " must hold " << comm.size() << " × send " << send.describe());
   const size_t count = static_cast<size_t>(send.numel());
-  staged_now(comm, backend, send, recv, [&](const void* s, void* r) { comm.all_gather(s, r, count, send.dtype()); });
+  return staged(comm, backend, send, recv,
+                [&](const void* s, void* r) { return comm.all_gather_async(s, r, count, send.dtype()); });
 }
 
-void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
+CommHandle reduce_scatter_sum_async(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
   ULY_CHECK(send.numel() == recv.numel() * comm.size() && send.dtype() == recv.dtype(),
             "reduce_scatter: send " << send.describe() << " must hold " << comm.size() << " × recv "
                                     << recv.describe());
   const size_t count = static_cast<size_t>(recv.numel());
-  staged_now(comm, backend, send, recv,
-             [&](const void* s, void* r) { comm.reduce_scatter(s, r, count, send.dtype(), ReduceOp::Sum); });
+  // As in all_reduce_sum_async: a bfloat16 send is reduced as a float32 copy, and wait() rounds
+  // this rank's sum into recv once.
+  const DType wire = send.dtype() == DType::BF16 ? DType::F32 : send.dtype();
+  return staged(
+      comm, backend, send, recv,
+      [&](const void* s, void* r) { return comm.reduce_scatter_async(s, r, count, wire, ReduceOp::Sum); },
+      /*in_place=*/false, wire);
+}
+
+void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
+  all_gather_async(comm, backend, send, recv)->wait();
+}
+
+void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv) {
+  reduce_scatter_sum_async(comm, backend, send, recv)->wait();
 }
 
 }  // namespace ulysses

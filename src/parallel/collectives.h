@@ -16,7 +16,8 @@ void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t);
 // recv: size × send's elements, rank r's send at block r (see Communicator::all_gather).
 void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
-// send: size × recv's elements; recv = sum over ranks of their block rank() (Communicator::reduce_scatter).
+// send: size × recv's elements; recv = sum over ranks of their block rank() (Communicator::reduce_scatter;
+// a bfloat16 pair is summed in float32 and rounded once).
 void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 
 // Asynchronous forms (Communicator::sendrecv_async): the returned request keeps the tensors
@@ -26,5 +27,7 @@ void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send
 CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv,
                           int source, int tag);
 CommHandle all_reduce_sum_async(Communicator& comm, Backend& backend, Tensor& t);
+CommHandle all_gather_async(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
+CommHandle reduce_scatter_sum_async(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 
 }  // namespace ulysses

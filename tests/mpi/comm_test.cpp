@@ -1,10 +1,13 @@
 // Communicator collectives under mpirun (np 1, 2, 3, 4, 8), in the style of
 // nccl-tests: every element's value is a known function of (source rank,
 // destination rank, index), small enough to be exact in every dtype, so a
-// result is checked by counting wrong elements, with no tolerance.
+// result is checked by counting wrong elements, with no tolerance. Also the tensor
+// collectives of parallel/collectives.h on CPU tensors (their asynchronous forms).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,10 +15,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "mpi_test_main.h"
+#include "parallel/collectives.h"
 
 namespace ulysses {
 namespace {
@@ -497,6 +502,226 @@ TEST(Comm, AsyncSendRecvSizeMismatch) {
   EXPECT_EQ(sum_over_ranks(threw), 1);
 }
 
+// Several asynchronous all-gathers in flight at once (every other one in place: send is this
+// rank's block of recv), waited for in reverse order; each result must equal the blocking
+// all_gather's on the same input, and the expected values.
+template <class T>
+int64_t all_gather_async_wrong(Communicator& c, DType dt, size_t count) {
+  const int P = c.size(), r = c.rank();
+  constexpr int kCalls = 4;
+  std::vector<std::vector<T>> send(kCalls, std::vector<T>(count));
+  std::vector<std::vector<T>> recv(kCalls, std::vector<T>(P * count, poison<T>())), blocking = recv;
+  std::vector<CommHandle> pending;
+  for (int k = 0; k < kCalls; ++k) {
+    for (size_t i = 0; i < count; ++i) send[k][i] = val<T>(r, k, i);
+    c.all_gather(send[k].data(), blocking[k].data(), count, dt);
+    const bool in_place = k % 2 == 1;
+    if (in_place) std::copy(send[k].begin(), send[k].end(), recv[k].begin() + r * count);
+    pending.push_back(c.all_gather_async(in_place ? recv[k].data() + r * count : send[k].data(), recv[k].data(),
+                                         count, dt));
+  }
+  for (int k = kCalls - 1; k >= 0; --k) pending[k]->wait();
+  pending[0]->wait();  // a second wait returns at once
+  int64_t wrong = 0;
+  for (int k = 0; k < kCalls; ++k) {
+    wrong += recv[k] != blocking[k];
+    for (int j = 0; j < P; ++j)
+      for (size_t i = 0; i < count; ++i) wrong += recv[k][j * count + i] != val<T>(j, k, i);
+  }
+  return wrong;
+}
+
+// The same for reduce-scatters (every other one in place: send == recv, the result in its
+// first block), alternating sum and max.
+template <class T>
+int64_t reduce_scatter_async_wrong(Communicator& c, DType dt, size_t count) {
+  const int P = c.size(), r = c.rank();
+  constexpr int kCalls = 4;
+  std::vector<std::vector<T>> send(kCalls, std::vector<T>(P * count));
+  std::vector<std::vector<T>> recv(kCalls, std::vector<T>(count, poison<T>())), blocking = recv;
+  const auto op_of = [](int k) { return k / 2 == 0 ? ReduceOp::Sum : ReduceOp::Max; };
+  std::vector<CommHandle> pending;
+  for (int k = 0; k < kCalls; ++k) {
+    // Rank r's block j holds rin(r, j + k, ·): each call reduces different values.
+    for (int j = 0; j < P; ++j)
+      for (size_t i = 0; i < count; ++i) send[k][j * count + i] = rin<T>(r, j + k, i);
+    c.reduce_scatter(send[k].data(), blocking[k].data(), count, dt, op_of(k));
+    const bool in_place = k % 2 == 1;
+    pending.push_back(
+        c.reduce_scatter_async(send[k].data(), in_place ? send[k].data() : recv[k].data(), count, dt, op_of(k)));
+  }
+  for (int k = kCalls - 1; k >= 0; --k) pending[k]->wait();
+  int64_t wrong = 0;
+  for (int k = 0; k < kCalls; ++k) {
+    if (k % 2 == 1) std::copy(send[k].begin(), send[k].begin() + count, recv[k].begin());
+    wrong += recv[k] != blocking[k];
+    for (size_t i = 0; i < count; ++i) wrong += recv[k][i] != reduce_ref<T>(P, r + k, i, op_of(k));
+  }
+  return wrong;
+}
+
+TEST(Comm, AsyncAllGather) {
+  Communicator& c = world();
+  for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{3000}, size_t{1} << 16}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    EXPECT_EQ(sum_over_ranks(all_gather_async_wrong<float>(c, DType::F32, count)), 0) << "f32";
+    EXPECT_EQ(sum_over_ranks(all_gather_async_wrong<int64_t>(c, DType::I64, count)), 0) << "i64";
+    EXPECT_EQ(sum_over_ranks(all_gather_async_wrong<uint16_t>(c, DType::BF16, count)), 0) << "bf16 raw";
+  }
+}
+
+TEST(Comm, AsyncReduceScatter) {
+  Communicator& c = world();
+  for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{2000}, size_t{1} << 15}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    EXPECT_EQ(sum_over_ranks(reduce_scatter_async_wrong<float>(c, DType::F32, count)), 0) << "f32";
+    EXPECT_EQ(sum_over_ranks(reduce_scatter_async_wrong<double>(c, DType::F64, count)), 0) << "f64";
+    EXPECT_EQ(sum_over_ranks(reduce_scatter_async_wrong<int32_t>(c, DType::I32, count)), 0) << "i32";
+  }
+  // The asynchronous form refuses what the blocking one does, on every rank, before sending.
+  if (c.name() == "mpi") {
+    std::vector<uint16_t> h(8 * c.size(), 0x3f80);
+    int64_t threw = 0;
+    try {
+      c.reduce_scatter_async(h.data(), h.data(), 8, DType::BF16, ReduceOp::Sum)->wait();
+    } catch (const Error& e) {
+      ++threw;
+      EXPECT_NE(e.message().find("reduce_scatter on bfloat16"), std::string::npos) << e.message();
+    }
+    std::vector<float> f(4 * c.size() + 1);
+    try {  // recv overlaps send without being the in-place form
+      c.reduce_scatter_async(f.data(), f.data() + 1, 4, DType::F32, ReduceOp::Sum)->wait();
+    } catch (const Error& e) {
+      ++threw;
+      EXPECT_NE(e.message().find("overlap"), std::string::npos) << e.message();
+    }
+    try {  // send inside recv but not at this rank's block
+      c.all_gather_async(f.data() + 1, f.data(), 4, DType::F32)->wait();
+    } catch (const Error& e) {
+      ++threw;
+      EXPECT_NE(e.message().find("all_gather"), std::string::npos) << e.message();
+    }
+    EXPECT_EQ(sum_over_ranks(threw), 3 * c.size()) << "every rank must throw each of the 3 errors";
+  }
+  EXPECT_EQ(sum_over_ranks(reduce_scatter_async_wrong<float>(c, DType::F32, 7)), 0) << "after the errors";
+}
+
+// Requests in flight on the world and on a split group at once, with blocking calls on both in
+// between: an all-gather on the world, a blocking all-reduce on the even/odd group, an async
+// reduce-scatter on the world and an all-gather on the group, a blocking all-reduce on the
+// world, then the waits in an order unrelated to the starts.
+TEST(Comm, AsyncInterleavedWithSplitGroup) {
+  Communicator& c = world();
+  const int P = c.size(), r = c.rank();
+  auto sub = c.split(r % 2, r);
+  const int Q = sub->size(), q = sub->rank();
+  const size_t n = 777;
+  std::vector<float> gather_send(n), gathered(P * n, poison<float>());
+  std::vector<double> rs_send(P * n), scattered(n, poison<double>());
+  std::vector<int32_t> sub_send(n), sub_gathered(Q * n, poison<int32_t>());
+  for (size_t i = 0; i < n; ++i) {
+    gather_send[i] = val<float>(r, 0, i);
+    sub_send[i] = val<int32_t>(q, 1, i);
+  }
+  for (int j = 0; j < P; ++j)
+    for (size_t i = 0; i < n; ++i) rs_send[j * n + i] = rin<double>(r, j, i);
+
+  CommHandle gather = c.all_gather_async(gather_send.data(), gathered.data(), n, DType::F32);
+  int64_t sub_sum = r + 1;
+  sub->all_reduce(&sub_sum, &sub_sum, 1, DType::I64, ReduceOp::Sum);
+  CommHandle scatter = c.reduce_scatter_async(rs_send.data(), scattered.data(), n, DType::F64, ReduceOp::Sum);
+  CommHandle sub_gather = sub->all_gather_async(sub_send.data(), sub_gathered.data(), n, DType::I32);
+  const int64_t world_ranks = sum_over_ranks(1);  // a blocking all-reduce on the world
+  scatter->wait();
+  sub_gather->wait();
+  gather->wait();
+
+  int64_t wrong = world_ranks != P;
+  int64_t expect_sub_sum = 0;
+  for (int w = r % 2; w < P; w += 2) expect_sub_sum += w + 1;
+  wrong += sub_sum != expect_sub_sum;
+  for (int j = 0; j < P; ++j)
+    for (size_t i = 0; i < n; ++i) wrong += gathered[j * n + i] != val<float>(j, 0, i);
+  for (size_t i = 0; i < n; ++i) wrong += scattered[i] != reduce_ref<double>(P, r, i, ReduceOp::Sum);
+  for (int j = 0; j < Q; ++j)
+    for (size_t i = 0; i < n; ++i) wrong += sub_gathered[j * n + i] != val<int32_t>(j, 1, i);
+  EXPECT_EQ(sum_over_ranks(wrong), 0);
+}
+
+// A bfloat16 value m · 2^e (m < 2^7, |e| <= 6) that rank `src` contributes to rank `dst`'s
+// block at index i: sums of up to 8 of them are exact in float32 whatever the order, so the
+// float32 sum rounded once to bfloat16 is one value, and a sum rounded after every step differs.
+float bf16_term(int src, int dst, size_t i) {
+  const int64_t m = 1 + (src * 37 + dst * 11 + static_cast<int64_t>(i) * 5) % 127;
+  const int e = static_cast<int>((src * 5 + static_cast<int64_t>(i)) % 13) - 6;
+  return std::ldexp(static_cast<float>(src % 2 ? -m : m), e);
+}
+
+// Tensor collectives on CPU tensors: the asynchronous forms in flight together, an all-gather in
+// place (send a block of recv, as the optimizer gathers its shards), a bfloat16 reduce-scatter
+// summed in float32 and rounded once.
+TEST(Comm, TensorAsyncAllGatherReduceScatter) {
+  Communicator& c = world();
+  auto be = make_cpu_backend();
+  const int P = c.size(), r = c.rank();
+  const int64_t n = 301;
+  Tensor g_send = Tensor::empty({n}, DType::F32), g_recv = Tensor::empty({P * n}, DType::F32);
+  Tensor ip_recv = Tensor::empty({P * n}, DType::F32);
+  Tensor f_send = Tensor::empty({P * n}, DType::F32), f_recv = Tensor::empty({n}, DType::F32);
+  Tensor b_send = Tensor::empty({P * n}, DType::BF16), b_recv = Tensor::empty({n}, DType::BF16);
+  for (int64_t i = 0; i < n; ++i) {
+    g_send.data<float>()[i] = val<float>(r, 0, i);
+    ip_recv.data<float>()[r * n + i] = val<float>(r, 0, i);
+  }
+  for (int j = 0; j < P; ++j)
+    for (int64_t i = 0; i < n; ++i) {
+      f_send.data<float>()[j * n + i] = rin<float>(r, j, i);
+      b_send.data<uint16_t>()[j * n + i] = float_to_bf16(bf16_term(r, j, i));
+    }
+  Tensor mine = ip_recv.slice(r * n, (r + 1) * n);
+  std::vector<CommHandle> pending;
+  pending.push_back(all_gather_async(c, *be, g_send, g_recv));
+  pending.push_back(reduce_scatter_sum_async(c, *be, b_send, b_recv));
+  pending.push_back(all_gather_async(c, *be, mine, ip_recv));
+  pending.push_back(reduce_scatter_sum_async(c, *be, f_send, f_recv));
+  for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)->wait();
+
+  int64_t wrong = 0, rounded_per_step_differs = 0;
+  for (int j = 0; j < P; ++j)
+    for (int64_t i = 0; i < n; ++i) {
+      wrong += g_recv.data<float>()[j * n + i] != val<float>(j, 0, i);
+      wrong += ip_recv.data<float>()[j * n + i] != val<float>(j, 0, i);
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    wrong += f_recv.data<float>()[i] != reduce_ref<float>(P, r, i, ReduceOp::Sum);
+    float sum = 0, stepwise = 0;
+    for (int s = 0; s < P; ++s) {
+      sum += bf16_term(s, r, i);
+      stepwise = bf16_to_float(float_to_bf16(stepwise + bf16_term(s, r, i)));
+    }
+    wrong += b_recv.data<uint16_t>()[i] != float_to_bf16(sum);
+    rounded_per_step_differs += float_to_bf16(sum) != float_to_bf16(stepwise);
+  }
+  EXPECT_EQ(sum_over_ranks(wrong), 0);
+  // The data tells the two summations apart once a sum has three terms.
+  if (P >= 3) EXPECT_GT(sum_over_ranks(rounded_per_step_differs), 0);
+
+  // The blocking forms go through the same path; a mismatched pair is refused naming both.
+  Tensor short_recv = Tensor::empty({P * n - 1}, DType::F32);
+  std::string msg;
+  try {
+    all_gather_async(c, *be, g_send, short_recv);
+  } catch (const Error& e) {
+    msg = e.message();
+  }
+  EXPECT_NE(msg.find("all_gather: recv"), std::string::npos) << msg;
+  reduce_scatter_sum(c, *be, f_send, f_recv);
+  int64_t blocking_wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    blocking_wrong += f_recv.data<float>()[i] != reduce_ref<float>(P, r, i, ReduceOp::Sum);
+  EXPECT_EQ(sum_over_ranks(blocking_wrong), 0);
+}
+
 // Lowers the per-call count limit so the split paths for counts above INT_MAX run on small buffers.
 struct MaxCountGuard {
   explicit MaxCountGuard(size_t n) { set_mpi_max_count_for_testing(n); }
@@ -523,6 +748,10 @@ TEST(Comm, SplitLargeCounts) {
       if (c.size() > 1) EXPECT_EQ(sum_over_ranks(ring_wrong<float>(c, DType::F32, count, 3)), 0) << "send/recv";
       if (c.size() > 1) EXPECT_EQ(sum_over_ranks(ring_async_wrong<float>(c, DType::F32, count)), 0) << "async ring";
       EXPECT_EQ(sum_over_ranks(all_reduce_async_wrong<double>(c, DType::F64, count)), 0) << "async all_reduce";
+      // One call up to the limit (all_gather; reduce_scatter when P × count fits), split rounds beyond.
+      EXPECT_EQ(sum_over_ranks(all_gather_async_wrong<int32_t>(c, DType::I32, count)), 0) << "async all_gather";
+      EXPECT_EQ(sum_over_ranks(reduce_scatter_async_wrong<double>(c, DType::F64, count)), 0)
+          << "async reduce_scatter";
     }
   }
   {

@@ -237,6 +237,31 @@ void CudaBackend::synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::synchronize_polling(const std::function<void()>& poll) {
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  cudaStream_t streams[2] = {transfer_stream_, stream_};
+  try {
+    for (int i = 0; i < 2; ++i) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(done[i], streams[i]));
+    }
+    for (int i = 0; i < 2; ++i) {
+      for (;;) {
+        const cudaError_t e = cudaEventQuery(done[i]);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        poll();
+      }
+    }
+  } catch (...) {
+    for (cudaEvent_t e : done)
+      if (e != nullptr) cudaEventDestroy(e);
+    throw;
+  }
+  for (cudaEvent_t e : done) cudaEventDestroy(e);
+  poll();
+}
+
 size_t CudaBackend::device_memory_available() {
   CUDA_CHECK(cudaSetDevice(device_index_));
   size_t free_b = 0, total_b = 0;

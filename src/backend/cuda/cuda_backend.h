@@ -43,6 +43,7 @@ class CudaBackend : public Backend {
   void wait_transfer(uint64_t id) override;
 
   void synchronize() override;
+  void synchronize_polling(const std::function<void()>& poll) override;
 
   // Profile marks are events on the compute stream (and NVTX ranges for Nsight
   // Systems); their times are read only in profile_flush().
