@@ -67,8 +67,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
   if (mesh.zigzag()) mesh.layout().check_length(S, "--seq");
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), S);
   ULY_CHECK(optimizer_choice.zero < 2 || B % mesh.dp_size() == 0,
-            "bench: --zero 2 reduce-scatters each layer's gradients during the backward, so every rank must hold as "
-            "many rows: --batch "
+            "bench: --zero " << optimizer_choice.zero
+                             << " reduce-scatters each layer's gradients during the backward, so every rank must "
+                                "hold as many rows: --batch "
                 << B << " is not a multiple of dp = " << mesh.dp_size() << " (give --batch " << mesh.dp_size()
                 << ", or --sp " << world.size() << ")");
   StepOptions options = step_options_from(args);
@@ -91,8 +92,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
                             mesh.zigzag()))
     return 0;
 
-  LlamaWeights weights(config, options.grad_dtype,
-                       optimizer_choice.zero >= 2 ? shard_gradients_over(mesh.world()) : GradientSharding{});
+  LlamaWeights weights(config, options.grad_dtype, zero_sharding(mesh.world(), optimizer_choice.zero));
   weights.init_random(*backend, 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize)
@@ -152,6 +152,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
       {"head_chunks", options.head_chunks}, {"grad_dtype", dtype_name(options.grad_dtype)},
+      {"comm_overlap", options.overlap_communication},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},

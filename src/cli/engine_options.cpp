@@ -40,6 +40,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {"grad-dtype", true, false, "gradient buffers: float32 (default) or bfloat16 (half their memory: each layer's "
                                   "gradients are summed in a float32 scratch, then rounded into the buffers once; "
                                   "summed across ranks in float32)"},
+      {"no-comm-overlap", false, false, "with --zero 2 or 3: wait for each layer's gradient reduce-scatter and "
+                                        "weight gather at once instead of running them beside the next layer's "
+                                        "compute (to measure what the overlap saves)"},
       {"dry-run", false, false, "print the memory plan per pool and stop before allocating anything"},
       {"memory-limit", true, false, "refuse steps whose planned device peak exceeds this many GiB (default: the "
                                     "device's free memory)"},
@@ -65,6 +68,7 @@ StepOptions step_options_from(const Args& args) {
     o.checkpoint = true;
   }
   if (args.has("head-chunks")) o.head_chunks = args.get_int("head-chunks", 1, limits::kHeadChunks);
+  o.overlap_communication = !args.has("no-comm-overlap");
   const std::string grad = args.get("grad-dtype", "float32");
   ULY_CHECK(grad == "float32" || grad == "fp32" || grad == "bfloat16" || grad == "bf16",
             "--grad-dtype takes float32 (fp32) or bfloat16 (bf16), got '" << grad << "'");
@@ -140,14 +144,14 @@ std::vector<OptionSpec> optimizer_option_specs() {
   return {
       {"zero", true, false, "ZeRO stage over all ranks: 0 (default) = each rank holds the whole AdamW state; 1 = the "
                             "state sharded, 1/ranks each; 2 = the gradients too, reduce-scattered layer by layer "
-                            "during the backward (stage 3 is not built yet)"},
+                            "during the backward; 3 = the weights too, each layer's gathered one layer ahead of use"},
       {"offload-optimizer", false, false, "keep the AdamW state (fp32 master, m, v) in pinned host memory and run "
                                           "the update on the CPU"},
   };
 }
 
 OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks) {
-  const int64_t zero = args.get_int("zero", 0, IntRange{0, 2, "ZeRO stage; stage 3 is not built yet"});
+  const int64_t zero = args.get_int("zero", 0, IntRange{0, 3, "ZeRO stage"});
   OptimizerChoice c;
   c.included = included;
   ULY_CHECK(included || (zero == 0 && !args.has("offload-optimizer")),
@@ -164,6 +168,7 @@ void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer) {
   req.optimizer_shards = optimizer.shards;
   req.optimizer_offload = optimizer.offload;
   req.gradient_shards = optimizer.zero >= 2 ? optimizer.shards : 1;
+  req.weight_shards = optimizer.zero >= 3 ? optimizer.shards : 1;
 }
 
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,

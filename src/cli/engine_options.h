@@ -33,7 +33,7 @@ bool keep_attention_auto(const Args& args);
 struct OptimizerChoice {
   bool included = false;
   int shards = 1;        // ranks sharing its state (--zero 1 or 2: all ranks)
-  int zero = 0;          // ZeRO stage: 2 shards the gradients too (over the same ranks)
+  int zero = 0;          // ZeRO stage: 2 shards the gradients too (over the same ranks), 3 the weights too
   bool offload = false;  // --offload-optimizer: the state in host memory, the update on the CPU
 };
 std::vector<OptionSpec> optimizer_option_specs();

@@ -42,10 +42,12 @@ std::string options_text(const StepOptions& o) {
 std::string optimizer_text(const PlanRequest& r) {
   if (!r.optimizer) return "none (--no-optimizer: forward + backward only)";
   std::string s = "AdamW state (fp32 master, m, v)";
-  if (r.optimizer_shards > 1)
-    s += ", ZeRO stage " + std::string(r.gradient_shards > 1 ? "2" : "1") + ": 1/" +
-         std::to_string(r.optimizer_shards) + " of it" + (r.gradient_shards > 1 ? " and of the gradients" : "") +
+  if (r.optimizer_shards > 1) {
+    const int stage = r.weight_shards > 1 ? 3 : r.gradient_shards > 1 ? 2 : 1;
+    s += ", ZeRO stage " + std::to_string(stage) + ": 1/" + std::to_string(r.optimizer_shards) + " of it" +
+         (stage == 2 ? " and of the gradients" : stage == 3 ? ", of the gradients and of the weights" : "") +
          " per rank";
+  }
   s += r.optimizer_offload ? ", in host memory (--offload-optimizer)"
                            : ", on the device (--offload-optimizer moves it to host memory, --no-optimizer leaves it out)";
   return s;

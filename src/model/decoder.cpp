@@ -11,6 +11,7 @@ namespace ulysses {
 KvCacheDecoder::KvCacheDecoder(LlamaWeights& weights, Backend& backend, int64_t max_tokens)
     : w_(weights), be_(backend), c_(weights.config()), max_tokens_(max_tokens) {
   ULY_CHECK(max_tokens > 0, "generate: the token budget must be positive, got " << max_tokens);
+  ULY_CHECK(!weights.weights_sharded(), "generate: the decoder needs whole weights on this rank (not ZeRO stage 3)");
   const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
   inv_freq_ = be_.empty({static_cast<int64_t>(inv.size())}, DType::F32, Pool::Weights);
   be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));

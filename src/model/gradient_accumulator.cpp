@@ -2,14 +2,16 @@
 
 #include <algorithm>
 
+#include "backend/profile_scope.h"
 #include "comm/communicator.h"
 #include "parallel/collectives.h"
 
 namespace ulysses {
 
-GradientAccumulator::GradientAccumulator(LlamaWeights& weights, Backend& backend)
-    : w_(weights), be_(backend), uses_scratch_(weights.grad_dtype() != DType::F32 || weights.grads_sharded()) {
-  const GradientSharding& sh = w_.grad_sharding();
+GradientAccumulator::GradientAccumulator(LlamaWeights& weights, Backend& backend, bool overlap)
+    : w_(weights), be_(backend), uses_scratch_(weights.grad_dtype() != DType::F32 || weights.grads_sharded()),
+      overlap_(overlap) {
+  const ParameterSharding& sh = w_.sharding();
   ULY_CHECK(sh.group == nullptr || sh.group->size() == sh.ranks,
             "gradient sharding over " << sh.ranks << " ranks but its group has " << sh.group->size());
   int64_t largest = span_of(w_.embed());  // the embedding's group
@@ -24,17 +26,24 @@ GradientAccumulator::GradientAccumulator(LlamaWeights& weights, Backend& backend
 
 int64_t GradientAccumulator::span_of(const Parameter& p) const {
   const int64_t n = shape_numel(p.shape);
-  return w_.grads_sharded() ? w_.grad_range(p).block * w_.grad_sharding().ranks : n;
+  return w_.grads_sharded() ? w_.grad_range(p).block * w_.sharding().ranks : n;
 }
 
 void GradientAccumulator::open(std::span<Parameter* const> group) {
   open_.clear();
+  scratch_ = Tensor{};
   if (!uses_scratch_) return;
-  if (!scratch_.defined()) scratch_ = be_.empty({largest_group_}, DType::F32, Pool::Gradients);
+  int64_t total = 0;
+  for (Parameter* p : group) total += span_of(*p);
+  ULY_CHECK(total <= largest_group_, "gradient scratch: the group of " << group.front()->name
+                                                                       << " is larger than planned");
+  // The group before last's reduce-scatters are done by now (they ran during the last group's
+  // backward): their sums go into the shards and their scratch is freed before this one's is taken.
+  finish(previous_);
+  scratch_ = be_.empty({total}, DType::F32, Pool::Gradients);
   int64_t at = 0;
   for (Parameter* p : group) {
     const int64_t span = span_of(*p);
-    ULY_CHECK(at + span <= largest_group_, "gradient scratch: the group of " << p->name << " is larger than planned");
     Tensor padded = scratch_.slice(at, at + span);
     be_.zero(padded);  // the padding too: it takes part in the reduce-scatter
     open_.push_back(Open{p, padded.slice(0, shape_numel(p->shape)).reshape(p->shape), padded});
@@ -50,22 +59,42 @@ Tensor& GradientAccumulator::target(Parameter& p) {
 }
 
 void GradientAccumulator::close() {
-  const GradientSharding& sh = w_.grad_sharding();
-  for (Open& o : open_) {
-    if (!w_.grads_sharded()) {
-      be_.axpy(o.p->grad, o.view, 1.0);
-      continue;
-    }
-    const ElementRange r = w_.grad_range(*o.p);
-    Tensor mine = be_.empty({r.block}, DType::F32);
-    if (sh.group != nullptr) {
-      reduce_scatter_sum(*sh.group, be_, o.padded, mine);
-    } else {  // the planner's dry run: this rank's block as it is (the same memory, no peers)
-      be_.copy(mine, o.padded.slice(sh.rank * r.block, (sh.rank + 1) * r.block));
-    }
-    if (r.hi > r.lo) be_.axpy(o.p->grad, mine.slice(0, r.hi - r.lo), 1.0);
+  const ParameterSharding& sh = w_.sharding();
+  if (!w_.grads_sharded()) {
+    for (Open& o : open_) be_.axpy(o.p->grad, o.view, 1.0);
+    open_.clear();
+    scratch_ = Tensor{};
+    return;
   }
+  finish(previous_);  // normally done at open(); a group closed twice in a row must not lose it
+  ProfileScope prof(be_, "grad reduce-scatter");
+  for (Open& o : open_) {
+    const ElementRange r = w_.grad_range(*o.p);
+    InFlight f{o.p, be_.empty({r.block}, DType::F32), nullptr};
+    if (sh.group != nullptr) {
+      f.request = reduce_scatter_sum_async(*sh.group, be_, o.padded, f.mine);
+    } else {  // the planner's dry run: this rank's block as it is (the same memory, no peers)
+      be_.copy(f.mine, o.padded.slice(sh.rank * r.block, (sh.rank + 1) * r.block));
+    }
+    previous_.parts.push_back(std::move(f));
+  }
+  previous_.scratch = std::move(scratch_);
+  scratch_ = Tensor{};
   open_.clear();
+  if (!overlap_) finish(previous_);
 }
+
+void GradientAccumulator::finish(Closed& closed) {
+  if (closed.parts.empty()) return;
+  ProfileScope prof(be_, "grad reduce-scatter");
+  for (InFlight& f : closed.parts) {
+    if (f.request) f.request->wait();
+    const ElementRange r = w_.grad_range(*f.p);
+    if (r.hi > r.lo) be_.axpy(f.p->grad, f.mine.slice(0, r.hi - r.lo), 1.0);
+  }
+  closed = Closed{};
+}
+
+void GradientAccumulator::flush() { finish(previous_); }
 
 }  // namespace ulysses

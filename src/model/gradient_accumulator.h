@@ -5,22 +5,27 @@
 //  - bfloat16 buffers (LlamaWeights' grad_dtype, half the memory): added into them, so every
 //    contribution of a group (MLP tiles, loss tiles, head chunks) is summed in float32 and a
 //    buffer is rounded once per group per sequence, not once per tile;
-//  - sharded buffers (ZeRO stage 2, LlamaWeights' grad_sharding): each parameter's gradient
+//  - sharded buffers (ZeRO stages 2 and 3, LlamaWeights' sharding): each parameter's gradient
 //    reduce-scattered over the sharding group, this rank's block added into its shard, so a
-//    rank never holds more than one group's whole gradients. Every rank of the group must run
-//    the same groups in the same order (as many sequences each).
+//    rank never holds more than two groups' whole gradients. The reduce-scatter is started
+//    when the group closes and runs during the next group's backward; its block is added into
+//    the shard, and its scratch freed, when the group after that opens, or at flush(). Every rank of the group must run the same groups in the same order (as many
+//    sequences each).
 #pragma once
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "model/llama_weights.h"
 
 namespace ulysses {
 
 class GradientAccumulator {
  public:
-  GradientAccumulator(LlamaWeights& weights, Backend& backend);
+  // overlap: sharded, a group's reduce-scatter runs until the group after next opens (else it is
+  // waited for at close()).
+  GradientAccumulator(LlamaWeights& weights, Backend& backend, bool overlap = true);
 
   // From here until close(), target(p) for the group's parameters. A group opened while another
   // is open (after a failure in the middle of a backward) drops the other's scratch.
@@ -30,10 +35,9 @@ class GradientAccumulator {
   Tensor& target(Parameter& p);
   // Hands the open group's scratch on (above). Nothing with whole float32 buffers.
   void close();
-
-  // Elements of the scratch: the largest group's, each parameter padded to whole blocks when
-  // sharded (0 with whole float32 buffers).
-  int64_t scratch_elements() const { return uses_scratch_ ? largest_group_ : 0; }
+  // Sharded: waits for every reduce-scatter in flight and adds its block into the shards, so
+  // that the gradient buffers are complete. The model calls it at the end of each backward.
+  void flush();
 
  private:
   struct Open {
@@ -41,14 +45,32 @@ class GradientAccumulator {
     Tensor view;    // p's shape
     Tensor padded;  // flat, ranks × block elements (sharded), else the view's elements
   };
+  // A reduce-scatter in flight: this rank's block of p's summed gradient arrives in `mine`.
+  struct InFlight {
+    Parameter* p;
+    Tensor mine;  // float32 [block]
+    CommHandle request;
+  };
+  // A closed group whose reduce-scatters are in flight, with the scratch they read.
+  struct Closed {
+    Tensor scratch;
+    std::vector<InFlight> parts;
+  };
+  // Waits for a closed group's reduce-scatters and adds their blocks into the shards.
+  void finish(Closed& closed);
   // Scratch elements of p: n, or ranks × block when sharded.
   int64_t span_of(const Parameter& p) const;
   LlamaWeights& w_;
   Backend& be_;
   bool uses_scratch_;
+  bool overlap_;
   int64_t largest_group_ = 0;
-  Tensor scratch_;  // float32 [largest_group_] in the Gradients pool, allocated at the first open()
+  // The open group's scratch: float32, the group's elements, in the Gradients pool. Sized per group
+  // (the embedding's and lm_head's are several layers' size), so that a group in flight and the
+  // open one hold only their own.
+  Tensor scratch_;
   std::vector<Open> open_;
+  Closed previous_;  // sharded: the group closed last, its reduce-scatters in flight
 };
 
 }  // namespace ulysses

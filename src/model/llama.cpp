@@ -58,8 +58,8 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMes
 // `attention` must be built for H / head_chunks query and Hkv / head_chunks kv heads.
 LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<SequenceAttention> attention,
                        StepOptions options)
-    : w_(weights), be_(backend), options_(options), c_(weights.config()), grads_(weights, backend),
-      attention_(std::move(attention)) {
+    : w_(weights), be_(backend), options_(options), c_(weights.config()), grads_(weights, backend, options.overlap_communication),
+      params_(weights, backend, options.overlap_communication), attention_(std::move(attention)) {
   ULY_CHECK(options_.grad_dtype == w_.grad_dtype(),
             "the step options ask for " << dtype_name(options_.grad_dtype) << " gradients but the weights hold "
                                         << dtype_name(w_.grad_dtype()) << " ones (make LlamaWeights with the "
@@ -73,6 +73,12 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<
 }
 
 LlamaModel::~LlamaModel() = default;
+
+int64_t LlamaModel::first_backward_group(int64_t l, int64_t segment) const {
+  if (l < 0) return ParameterStore::kNone;
+  const int64_t K = std::max<int64_t>(1, options_.checkpoint_every);
+  return options_.checkpoint && l < segment ? l / K * K : l;
+}
 
 int64_t LlamaModel::mlp_tile_tokens(int64_t N) const {
   // 0 = ALST's default: ceil(N / hidden) tiles, so a tile's [T, F] intermediates
@@ -416,18 +422,29 @@ double LlamaModel::forward_loss(const SequenceShard& shard) {
   const DType t = be_.act_dtype();
   Tensor ids, targets;
   begin_sequence(shard, ids, targets);
-  ProfileScope prof(be_, "embedding");
+  const int64_t Lyr = c_.num_hidden_layers;
   Tensor x = be_.empty({N, D}, t);
-  be_.embedding_forward(x, ids, w_.embed().value);
-  prof.end();
-  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+  {
+    ParameterStore::Held held(params_, ParameterStore::kEmbedding);
+    params_.prefetch(Lyr > 0 ? 0 : ParameterStore::kHead);
+    ProfileScope prof(be_, "embedding");
+    be_.embedding_forward(x, ids, w_.embed().value);
+  }
+  for (int64_t l = 0; l < Lyr; ++l) {
+    ParameterStore::Held held(params_, l);
+    params_.prefetch(l + 1 < Lyr ? l + 1 : ParameterStore::kHead);
     LayerActs acts;
     Tensor y = be_.empty({N, D}, t);
     layer_forward(l, x, acts, y);
     x = y;
   }
   Tensor no_grad;
-  const double loss_sum = head_forward_backward(x, targets, 0.0, no_grad);
+  double loss_sum = 0;
+  {
+    ParameterStore::Held held(params_, ParameterStore::kHead);
+    loss_sum = head_forward_backward(x, targets, 0.0, no_grad);
+  }
+  params_.drop_unused();
   positions_ = Tensor{};
   docs_ = Documents{};
   return loss_sum;
@@ -440,10 +457,13 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   Tensor ids, targets;
   begin_sequence(shard, ids, targets);
 
-  ProfileScope prof(be_, "embedding");
   Tensor x = be_.empty({N, D}, t);
-  be_.embedding_forward(x, ids, w_.embed().value);
-  prof.end();
+  {
+    ParameterStore::Held held(params_, ParameterStore::kEmbedding);
+    params_.prefetch(Lyr > 0 ? 0 : ParameterStore::kHead);
+    ProfileScope prof(be_, "embedding");
+    be_.embedding_forward(x, ids, w_.embed().value);
+  }
 
   std::vector<LayerActs> acts(Lyr);
   std::vector<KeptAttention> kept(Lyr);
@@ -452,6 +472,8 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   // Segments of K layers; K = 1 keeps every layer's input (one-level checkpointing).
   const int64_t K = options_.checkpoint ? std::max<int64_t>(1, options_.checkpoint_every) : 1;
   for (int64_t l = 0; l < Lyr; ++l) {
+    ParameterStore::Held held(params_, l);
+    params_.prefetch(l + 1 < Lyr ? l + 1 : ParameterStore::kHead);
     Tensor y = be_.empty({N, D}, t);
     if (options_.checkpoint && l % K == 0) store.put(l, x);
     layer_forward(l, x, acts[l], y);
@@ -469,12 +491,17 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   }
   store.finish_put();
 
-  Tensor dx = be_.empty({N, D}, t);
-  const double loss_sum = head_forward_backward(x, targets, grad_scale, dx);
-  x = Tensor{};
-
   // The segment [s, s + K) whose layer inputs are on the device (checkpoints only).
   int64_t segment = Lyr;
+  Tensor dx = be_.empty({N, D}, t);
+  double loss_sum = 0;
+  {
+    ParameterStore::Held held(params_, ParameterStore::kHead);
+    params_.prefetch(first_backward_group(Lyr - 1, segment));
+    loss_sum = head_forward_backward(x, targets, grad_scale, dx);
+  }
+  x = Tensor{};
+
   std::vector<Tensor> inputs;
   for (int64_t l = Lyr - 1; l >= 0; --l) {
     if (options_.checkpoint) {
@@ -484,11 +511,17 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
         inputs[0] = store.take(segment);
         ProfileScope recompute(be_, "recompute", ProfileScope::AbsorbNested);
         for (int64_t j = segment; j < l; ++j) {
+          ParameterStore::Held held(params_, j);
+          params_.prefetch(j + 1);
           LayerActs scratch;
           inputs[j - segment + 1] = be_.empty({N, D}, t, Pool::Checkpoints);
           layer_forward(j, inputs[j - segment], scratch, inputs[j - segment + 1], keep ? &kept[j] : nullptr);
         }
       }
+    }
+    ParameterStore::Held held(params_, l);
+    params_.prefetch(first_backward_group(l - 1, segment));
+    if (options_.checkpoint) {
       // This layer's activations from its input.
       const Tensor x_in = inputs[l - segment];
       inputs[l - segment] = Tensor{};
@@ -507,10 +540,12 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     acts[l] = LayerActs{};
     if (layer_grads_done) layer_grads_done(l);
   }
-  prof.next("embedding");
+  ProfileScope prof(be_, "embedding");
   grads_.open({&w_.embed()});
   be_.embedding_backward(grads_.target(w_.embed()), dx, ids);
   grads_.close();
+  grads_.flush();
+  params_.drop_unused();
   positions_ = Tensor{};
   docs_ = Documents{};
   return loss_sum;

@@ -10,6 +10,7 @@
 #include "model/batch.h"
 #include "model/gradient_accumulator.h"
 #include "model/llama_weights.h"
+#include "model/parameter_store.h"
 #include "parallel/sequence_attention.h"
 
 namespace ulysses {
@@ -28,6 +29,9 @@ struct StepOptions {
                                   // layer inputs on the device (Checkpoints pool), then each layer as usual
   int64_t head_chunks = 1;        // q/k/v projections, all-to-alls and attention one chunk of H/N heads at a time
                                   // (UPipe's idea at every degree); the backward recomputes each chunk's q/k/v
+  bool overlap_communication = true;  // ZeRO stages 2 and 3: each group's gradient reduce-scatter runs during the
+                                      // next group's backward, and the next layer's weights are gathered during
+                                      // this one's compute; false waits for each at once (for comparison)
   DType grad_dtype = DType::F32;  // the gradient buffers' dtype (LlamaWeights is made with it): float32, or
                                   // bfloat16, summed per layer in a float32 scratch (model/gradient_accumulator.h)
 };
@@ -55,6 +59,7 @@ class LlamaModel {
   double forward_loss(const SequenceShard& shard);
 
   const StepOptions& options() const { return options_; }
+  const LlamaWeights& weights() const { return w_; }
 
  private:
   struct LayerActs;
@@ -73,6 +78,10 @@ class LlamaModel {
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
   int64_t mlp_tile_tokens(int64_t N) const;
+  // The weight group the backward uses first for layer l (segment: the first layer whose input is
+  // on the device, Lyr before the backward starts): its segment's first layer when the segment's
+  // forward is recomputed, else l itself; kNone below layer 0.
+  int64_t first_backward_group(int64_t l, int64_t segment) const;
   // With dx undefined, forward only (no gradients).
   double head_forward_backward(const Tensor& x, const Tensor& targets, double grad_scale, Tensor& dx);
   void begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor& targets);
@@ -84,6 +93,7 @@ class LlamaModel {
   StepOptions options_;
   const ModelConfig& c_;
   GradientAccumulator grads_;
+  ParameterStore params_;  // the layers' weights, gathered a group at a time with ZeRO stage 3
   std::unique_ptr<SequenceAttention> attention_;
   Tensor inv_freq_;  // [d/2] float32 on the device
   // Per-sequence state, valid during forward_backward.

@@ -15,7 +15,7 @@ ElementRange shard_range(int64_t n, int rank, int ranks) {
   return r;
 }
 
-LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, GradientSharding sharding)
+LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, ParameterSharding sharding)
     : config_(c), grad_dtype_(grad_dtype), sharding_(sharding) {
   ULY_CHECK(grad_dtype == DType::F32 || grad_dtype == DType::BF16,
             "gradient buffers are float32 or bfloat16, not " << dtype_name(grad_dtype));
@@ -23,7 +23,7 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, GradientShard
             "gradient sharding: rank " << sharding.rank << " of " << sharding.ranks);
   const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   auto add = [&](const std::string& name, Shape shape) {
-    params_.push_back(Parameter{name, std::move(shape), {}, {}});
+    params_.push_back(Parameter{name, std::move(shape), {}, {}, {}});
     return params_.size() - 1;
   };
   embed_ = add("model.embed_tokens.weight", {V, D});
@@ -51,7 +51,11 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, GradientShard
                             &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]});
 }
 
-GradientSharding shard_gradients_over(Communicator& group) { return {&group, group.rank(), group.size()}; }
+ParameterSharding zero_sharding(Communicator& group, int stage) {
+  ULY_CHECK(stage >= 0 && stage <= 3, "ZeRO stage " << stage << " does not exist (0 to 3)");
+  if (stage < 2) return {};
+  return {&group, group.rank(), group.size(), stage >= 3};
+}
 
 ElementRange LlamaWeights::grad_range(const Parameter& p) const {
   return shard_range(shape_numel(p.shape), sharding_.rank, sharding_.ranks);
@@ -63,10 +67,38 @@ size_t LlamaWeights::num_elements() const {
   return n;
 }
 
+Tensor LlamaWeights::value_part(const Parameter& p, const ElementRange& range) const {
+  if (weights_sharded()) {
+    const ElementRange mine = grad_range(p);
+    ULY_CHECK(range.lo >= mine.lo && range.hi <= mine.hi,
+              p.name << ": elements [" << range.lo << ", " << range.hi << ") are outside this rank's shard ["
+                     << mine.lo << ", " << mine.hi << ")");
+    return p.shard.slice(range.lo - mine.lo, range.hi - mine.lo);
+  }
+  return p.value.reshape({p.value.numel()}).slice(range.lo, range.hi);
+}
+
+void LlamaWeights::set_value(Backend& backend, Parameter& p, const Tensor& host) {
+  if (!weights_sharded()) {
+    backend.copy(p.value, host);
+    return;
+  }
+  const ElementRange r = grad_range(p);
+  if (r.hi == r.lo) return;
+  Tensor dst = p.shard.slice(0, r.hi - r.lo);
+  backend.copy(dst, host.reshape({host.numel()}).slice(r.lo, r.hi));
+}
+
 void LlamaWeights::allocate(Backend& backend) {
   for (auto& p : params_) {
-    p.value = backend.empty(p.shape, backend.act_dtype(), Pool::Weights);
     const ElementRange r = grad_range(p);
+    if (weights_sharded()) {
+      p.value = Tensor{};
+      p.shard = backend.empty({r.block}, backend.act_dtype(), Pool::Weights);
+      backend.zero(p.shard);
+    } else {
+      p.value = backend.empty(p.shape, backend.act_dtype(), Pool::Weights);
+    }
     p.grad = grads_sharded() ? backend.empty({r.hi - r.lo}, grad_dtype_, Pool::Gradients)
                              : backend.empty(p.shape, grad_dtype_, Pool::Gradients);
     backend.zero(p.grad);
@@ -91,7 +123,7 @@ void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {
                                                  << " but config.json implies " << shape_str(p.shape)
                                                  << " (check hidden_size, intermediate_size, heads, head_dim, "
                                                     "vocab_size)");
-    backend.copy(p.value, file.read_f32(p.name));
+    set_value(backend, p, file.read_f32(p.name));
   }
 }
 
@@ -115,7 +147,7 @@ void LlamaWeights::init_random(Backend& backend, uint64_t seed) {
       const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
       x[i] = is_norm ? 1.0f : (2.0f * u - 1.0f) * a;
     }
-    backend.copy(p.value, host);
+    set_value(backend, p, host);
   }
 }
 

@@ -22,21 +22,28 @@ struct ElementRange {
 };
 ElementRange shard_range(int64_t n, int rank, int ranks);
 
-// ZeRO stage 2: every gradient sharded over `ranks` ranks, this one holding shard_range(n, rank,
-// ranks) of each. The backward reduce-scatters each group of parameters' gradients over `group`
-// (model/gradient_accumulator.h); a null group (the memory planner's dry run) keeps this rank's
-// block as it is. The group must outlive the weights.
-struct GradientSharding {
+// ZeRO stages 2 and 3: every gradient sharded over `ranks` ranks, this one holding
+// shard_range(n, rank, ranks) of each; the backward reduce-scatters each group of parameters'
+// gradients over `group` (model/gradient_accumulator.h). Stage 3 (weights = true) shards the
+// compute copies the same way: the model gathers a group's whole values before using them and
+// drops them after (model/parameter_store.h). A null group (the memory planner's dry run) keeps
+// this rank's block as it is and gathers nothing. The group must outlive the weights.
+struct ParameterSharding {
   Communicator* group = nullptr;
   int rank = 0, ranks = 1;
+  bool weights = false;
 };
-// Sharded over every rank of `group`, as this rank of it.
-GradientSharding shard_gradients_over(Communicator& group);
+// ZeRO stage `stage` over every rank of `group`, as this rank of it: nothing sharded below 2,
+// the gradients at 2, the gradients and the weights at 3.
+ParameterSharding zero_sharding(Communicator& group, int stage);
 
 struct Parameter {
   std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
-  Tensor value;  // compute copy on the backend's device, in its act_dtype()
+  Tensor value;  // compute copy on the backend's device, in its act_dtype(); with weight sharding
+                 // (ZeRO stage 3) defined only while gathered (model/parameter_store.h)
+  Tensor shard;  // weight sharding only: this rank's elements of the value, flat, one whole block
+                 // (shard_range's block; past the parameter's end zero), so that it can be all-gathered as it is
   Tensor grad;   // on the backend's device: float32, or bfloat16 (LlamaWeights' grad_dtype); with
                  // gradient sharding, this rank's elements only (flat, LlamaWeights::grad_range)
 };
@@ -61,25 +68,32 @@ class LlamaWeights {
   // Names and shapes from the config; no memory yet. grad_dtype: the gradient buffers' dtype,
   // float32, or bfloat16 for half their memory (the backward sums each group of parameters in
   // a float32 scratch and adds it into these buffers once: model/gradient_accumulator.h).
-  explicit LlamaWeights(const ModelConfig& config, DType grad_dtype = DType::F32, GradientSharding sharding = {});
+  explicit LlamaWeights(const ModelConfig& config, DType grad_dtype = DType::F32, ParameterSharding sharding = {});
   LlamaWeights(const LlamaWeights&) = delete;
   LlamaWeights& operator=(const LlamaWeights&) = delete;
 
-  // Allocates values and gradients on the backend and loads the values from a
+  // Allocates values (or shards) and gradients on the backend and loads the values from a
   // model folder, checking every tensor's presence, dtype and shape against config.json.
   void load(const ModelFolder& folder, Backend& backend);
   // Allocates and fills with a deterministic random init (uniform, std 0.02; norms 1).
   void init_random(Backend& backend, uint64_t seed);
   void zero_grads(Backend& backend);
-  // Values and gradients allocated (values uninitialised), gradients zeroed.
+  // Values and gradients allocated (values uninitialised), gradients zeroed; with weight
+  // sharding the shards instead of the values (zeroed: their padding is gathered too).
   void allocate(Backend& backend);
+  // Sets p's value from a whole host float32 tensor (p's shard of it, with weight sharding).
+  void set_value(Backend& backend, Parameter& p, const Tensor& host);
 
   const ModelConfig& config() const { return config_; }
   DType grad_dtype() const { return grad_dtype_; }
-  const GradientSharding& grad_sharding() const { return sharding_; }
+  const ParameterSharding& sharding() const { return sharding_; }
   bool grads_sharded() const { return sharding_.ranks > 1; }
-  // The elements of p's flattened gradient this rank holds ([0, n) unsharded).
+  bool weights_sharded() const { return sharding_.ranks > 1 && sharding_.weights; }
+  // The elements of p's flattened gradient (and, with weight sharding, value) this rank holds
+  // ([0, n) unsharded).
   ElementRange grad_range(const Parameter& p) const;
+  // The elements [range.lo, range.hi) of p's value, flat: part of the whole value, or the shard.
+  Tensor value_part(const Parameter& p, const ElementRange& range) const;
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
   Parameter& embed() { return params_[embed_]; }
@@ -92,7 +106,7 @@ class LlamaWeights {
  private:
   ModelConfig config_;
   DType grad_dtype_;
-  GradientSharding sharding_;
+  ParameterSharding sharding_;
   std::vector<Parameter> params_;
   std::vector<Layer> layers_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;

@@ -43,8 +43,13 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
   auto ring = make_simulated_communicator(r.ring, 0);
   MemorySnapshot out;
   {
-    // ZeRO stage 2: rank 0's gradient shards, its blocks taken as they are (no peers to sum with).
-    LlamaWeights weights(r.config, r.options.grad_dtype, GradientSharding{nullptr, 0, r.gradient_shards});
+    // ZeRO stages 2 and 3: rank 0's gradient (and weight) shards, its blocks taken as they are (no
+    // peers to sum with or gather from).
+    ULY_CHECK(r.weight_shards == 1 || r.weight_shards == r.gradient_shards,
+              "plan: weights sharded over " << r.weight_shards << " ranks but gradients over " << r.gradient_shards
+                                            << " (ZeRO stage 3 shards both over all ranks)");
+    LlamaWeights weights(r.config, r.options.grad_dtype,
+                         ParameterSharding{nullptr, 0, r.gradient_shards, r.weight_shards > 1});
     weights.allocate(*backend);
     // Rank 0 holds the largest share of sharded optimizer state (the last ranks' may be short).
     auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0);

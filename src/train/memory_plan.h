@@ -37,6 +37,7 @@ struct PlanRequest {
   bool optimizer = false;  // include AdamW state (fp32 master + two moments) as the trainer allocates it
   int optimizer_shards = 1;  // ranks sharing that state (ZeRO stage 1: the world size); rank 0's share is planned
   int gradient_shards = 1;   // ranks sharing the gradients (ZeRO stage 2: the world size); rank 0's share
+  int weight_shards = 1;     // ranks sharing the compute weights (ZeRO stage 3: the world size, as the gradients)
   bool optimizer_offload = false;  // that state in host memory (host-optimizer pool), the update on the CPU
   int64_t documents = 1;   // documents packed in the sequence (equal lengths); kernels' workspaces may depend on it
   // The backend the step will run on, when it exists: it answers for its own scratch memory

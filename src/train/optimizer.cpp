@@ -33,7 +33,7 @@ AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Op
       offload_(placement.offload) {
   const int P = shards(), r = group_ == nullptr ? 0 : group_->rank();
   // ZeRO stage 2: this rank holds only the gradients of the elements it updates.
-  const GradientSharding& sh = w_.grad_sharding();
+  const ParameterSharding& sh = w_.sharding();
   ULY_CHECK(!w_.grads_sharded() || (sh.ranks == P && sh.rank == r),
             "the gradients are sharded over " << sh.ranks << " ranks (ZeRO stage 2) but the optimizer's state over "
                                               << P << ": shard both over the same ranks");
@@ -41,15 +41,15 @@ AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, Op
   int64_t largest = 0;
   for (Parameter& p : w_.params()) {
     Slot s;
-    const ElementRange range = shard_range(p.value.numel(), r, P);
+    const ElementRange range = shard_range(shape_numel(p.shape), r, P);
     s.lo = range.lo;
     s.hi = range.hi;
     largest = std::max(largest, s.hi - s.lo);
     s.master = be_.empty({s.hi - s.lo}, DType::F32, pool);
     s.m = be_.empty({s.hi - s.lo}, DType::F32, pool);
     s.v = be_.empty({s.hi - s.lo}, DType::F32, pool);
-    if (offload_) to_host(s.master, part(p.value, s));
-    else be_.copy(s.master, part(p.value, s));
+    if (offload_) to_host(s.master, weight_part(p, s));
+    else be_.copy(s.master, weight_part(p, s));
     be_.zero(s.m);
     be_.zero(s.v);
     s.decay = p.shape.size() >= 2;
@@ -90,7 +90,7 @@ void AdamW::update_on_host(AdamWParams a) {
     for (int64_t lo = 0; lo < slots_[i].hi - slots_[i].lo; lo += size)
       chunks.push_back({i, lo, std::min(slots_[i].hi - slots_[i].lo, lo + size)});
   const auto grad_of = [&](const Chunk& c) { return grad_part(w_.params()[c.slot], slots_[c.slot]).slice(c.lo, c.hi); };
-  const bool device = !w_.params().empty() && w_.params()[0].value.device() != Device::CPU;
+  const bool device = be_.device() != Device::CPU;
   Tensor scratch[2];  // the new weights in float32 on the device, before the cast
   uint64_t incoming = 0;
   if (!chunks.empty()) {
@@ -115,7 +115,7 @@ void AdamW::update_on_host(AdamWParams a) {
     Tensor master = s.master.slice(c.lo, c.hi), m = s.m.slice(c.lo, c.hi), v = s.v.slice(c.lo, c.hi);
     a.weight_decay = s.decay ? config_.weight_decay : 0.0;
     host_->adamw_step(master, m, v, w, g, a);
-    Tensor dst = part(p.value, s).slice(c.lo, c.hi);
+    Tensor dst = weight_part(p, s).slice(c.lo, c.hi);
     if (!device) {
       be_.copy(dst, w);
     } else if (dst.dtype() == DType::F32) {
@@ -131,6 +131,8 @@ void AdamW::update_on_host(AdamWParams a) {
 }
 
 Tensor AdamW::part(const Tensor& t, const Slot& s) { return t.reshape({t.numel()}).slice(s.lo, s.hi); }
+
+Tensor AdamW::weight_part(const Parameter& p, const Slot& s) const { return w_.value_part(p, {s.lo, s.hi}); }
 
 Tensor AdamW::grad_part(const Parameter& p, const Slot& s) const {
   return w_.grads_sharded() ? p.grad : part(p.grad, s);
@@ -181,11 +183,11 @@ AdamW::StepInfo AdamW::step() {
       Slot& s = slots_[i];
       if (s.hi == s.lo) continue;
       a.weight_decay = s.decay ? config_.weight_decay : 0.0;
-      Tensor weight = part(p.value, s);
+      Tensor weight = weight_part(p, s);
       be_.adamw_step(s.master, s.m, s.v, weight, grad_part(p, s), a);
     }
   }
-  if (group_ != nullptr) {
+  if (group_ != nullptr && !w_.weights_sharded()) {  // ZeRO stage 3 keeps only the shards
     prof.next("optimizer all-gather");
     for (size_t i = 0; i < slots_.size(); ++i) {
       Tensor flat = w_.params()[i].value.reshape({w_.params()[i].value.numel()});
@@ -266,7 +268,7 @@ void AdamW::load_state(const std::string& path, int64_t steps_taken) {
                                                     << ", the model needs " << shape_str(p.shape));
       const Tensor whole = f.read_f32(name);
       be_.copy(*t, part(whole, s));
-      if (t == &s.master) be_.copy(p.value, whole);  // the compute copy follows the master exactly
+      if (t == &s.master) w_.set_value(be_, p, whole);  // the compute copy follows the master exactly
     }
   }
   steps_ = steps_taken;

@@ -6,7 +6,9 @@
 // are whole on every rank (all-reduced by the step), so the update, elementwise,
 // is bit-identical to the unsharded one; or (ZeRO stage 2) sharded as the state is,
 // each rank holding the reduce-scattered sums of its elements only (LlamaWeights'
-// grad_sharding, the same blocks).
+// sharding, the same blocks); or (ZeRO stage 3) the compute copies sharded too: each rank
+// updates its shard of the weights and nothing is gathered (the model gathers a layer's
+// weights when it uses them: model/parameter_store.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -85,6 +87,8 @@ class AdamW {
   };
   // A parameter's elements [lo, hi) as a flat view.
   static Tensor part(const Tensor& t, const Slot& s);
+  // The compute copy of a slot's elements: part of p's whole value, or its shard (ZeRO stage 3).
+  Tensor weight_part(const Parameter& p, const Slot& s) const;
   // The gradient of a slot's elements: part of p's whole gradient, or p's shard (ZeRO stage 2).
   Tensor grad_part(const Parameter& p, const Slot& s) const;
   // The whole of one of a slot's tensors on the host, in the parameter's shape.

@@ -105,11 +105,11 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
   const double grad_scale = r.valid_targets > 0 ? 1.0 / static_cast<double>(r.valid_targets) : 0.0;
   const bool same_count = same_shard_count(shards, mesh);
   if (weights.grads_sharded()) {
-    const GradientSharding& sh = weights.grad_sharding();
+    const ParameterSharding& sh = weights.sharding();
     ULY_CHECK(sh.group != nullptr && sh.group->size() == mesh.world().size() && sh.rank == mesh.world().rank(),
-              "sharded gradients (ZeRO stage 2) must be sharded over the whole world of " << mesh.world().size()
+              "sharded gradients (ZeRO stages 2 and 3) must be sharded over the whole world of " << mesh.world().size()
                                                                                            << " ranks");
-    ULY_CHECK(same_count, "ZeRO stage 2 reduce-scatters each layer's gradients during the backward, so every rank "
+    ULY_CHECK(same_count, "ZeRO stages 2 and 3 reduce-scatter each layer's gradients during the backward, so every rank "
                           "must hold as many rows of the batch: give a number of rows that is a multiple of dp = "
                               << mesh.dp_size() << " (bench: --batch)");
   }
@@ -131,6 +131,10 @@ StepResult compute_loss(LlamaModel& model, Backend& backend, ProcessMesh& mesh,
                         const std::vector<SequenceShard>& shards) {
   StepResult r;
   count_global(shards, mesh, r);
+  ULY_CHECK(!model.weights().weights_sharded() || same_shard_count(shards, mesh),
+            "ZeRO stage 3 gathers each layer's weights over all ranks, so every rank must evaluate as many rows: "
+            "give a number of rows that is a multiple of dp = "
+                << mesh.dp_size());
   double local_sum = 0;
   for (const SequenceShard& s : shards) local_sum += model.forward_loss(s);
   backend.synchronize();

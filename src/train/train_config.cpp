@@ -64,7 +64,8 @@ grad_dtype: float32     # gradient buffers: float32, or bfloat16 (half their mem
 comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
 zero: 0                 # ZeRO stage over all ranks (dp x sp): 0 = each rank holds the whole AdamW state;
                         # 1 = the AdamW state (fp32 master, m, v) sharded, 1/ranks each; 2 = the gradients
-                        # too, reduce-scattered layer by layer in the backward; 3: not built yet
+                        # too, reduce-scattered layer by layer in the backward; 3 = the bf16 weights too,
+                        # each layer's gathered just before use (one layer ahead) and dropped after
 offload_optimizer: false  # the AdamW state in pinned host memory and the update on the CPU (frees 12 bytes a
                         # parameter of device memory; costs a host round trip of the gradients and weights a step)
 memory:
@@ -218,7 +219,7 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("memory.checkpoint_every", kCheckpointSegment),
       int_key("memory.head_chunks", kHeadChunks),
       int_key("keep_last", kKeepLast),
-      int_key("zero", {0, 2, "ZeRO stage; stage 3 is not built yet"}),
+      int_key("zero", {0, 3, "ZeRO stage"}),
   };
   return ranges;
 }

@@ -56,7 +56,8 @@ struct TrainConfig {
   std::string backend = "cpu";
   std::string dtype = "bf16";  // on cuda: bf16 | fp32
   std::string comm = "mpi";    // mpi | nccl (see parallel/step_communicator.h)
-  int zero = 0;                // ZeRO stage: 1 shards the AdamW state over all ranks (train/optimizer.h)
+  int zero = 0;                // ZeRO stage over all ranks: 1 shards the AdamW state (train/optimizer.h), 2 the
+                               // gradients too, 3 the weights too (model/parameter_store.h)
   bool offload_optimizer = false;  // AdamW state in pinned host memory, the update on the CPU
   StepOptions memory;
 

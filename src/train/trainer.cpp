@@ -175,6 +175,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.optimizer = true;
   plan.optimizer_shards = cfg.zero >= 1 ? world.size() : 1;
   plan.gradient_shards = cfg.zero >= 2 ? world.size() : 1;
+  plan.weight_shards = cfg.zero >= 3 ? world.size() : 1;
   plan.optimizer_offload = cfg.offload_optimizer;
   plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
   plan.runtime = backend.get();
@@ -192,9 +193,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   }
   world.barrier();
 
-  // ZeRO stage 2: the gradients sharded over the world as the optimizer's state is.
-  LlamaWeights weights(mc, cfg.memory.grad_dtype,
-                       cfg.zero >= 2 ? shard_gradients_over(mesh.world()) : GradientSharding{});
+  // ZeRO stages 2 and 3: the gradients (and at 3 the weights) sharded over the world as the
+  // optimizer's state is.
+  LlamaWeights weights(mc, cfg.memory.grad_dtype, zero_sharding(mesh.world(), cfg.zero));
   std::unique_ptr<ModelFolder> folder;
   if (!cfg.model.empty()) {
     folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));

@@ -55,8 +55,8 @@ else pass "no rank left running"; fi
 
 # ZeRO stage 1 on 3 data-parallel ranks (the AdamW state in thirds, blocks of unequal size):
 # the same losses, gradient norms and checkpoint, byte for byte, as every rank holding all of it;
-# stage 2 (the gradients in thirds too) within float32 rounding.
-for z in 0 1 2; do
+# stages 2 (the gradients in thirds too) and 3 (the weights too) within float32 rounding.
+for z in 0 1 2 3; do
   timeout 300 $MPIRUN -np 3 --oversubscribe "$ULYSSES" train train.yaml out_dir=zero$z sp=1 batch_size=3 steps=4 \
     checkpoint_every=4 tensorboard=false zero=$z > zero$z.log 2>&1 || { fail "train zero=$z on 3 ranks"; tail -5 zero$z.log; }
 done
@@ -72,9 +72,21 @@ then pass "zero=1 on 3 ranks: the same 4 losses and gradient norms as zero=0"; e
 # run in another order than the all-reduce's, so the losses agree to float32 rounding.
 if close_curves zero0/metrics.jsonl zero2/metrics.jsonl 1e-6 1e-5
 then pass "zero=2 on 3 ranks: the losses and gradient norms of zero=0"; else fail "zero=2 losses differ from zero=0"; fi
-$MPIRUN -np 2 "$ULYSSES" bench --shape tiny --seq 256 --steps 1 --warmup 0 --sp 1 --batch 2 --zero 2 \
-  --offload-optimizer > bench_zero2.log 2>&1 && grep -q '"zero":2' bench_zero2.log \
-  && pass "bench --zero 2 --offload-optimizer on 2 ranks" || { fail "bench --zero 2"; tail -3 bench_zero2.log; }
+# ZeRO stage 3: each layer's weights gathered from the three ranks' thirds before use.
+if close_curves zero0/metrics.jsonl zero3/metrics.jsonl 1e-6 1e-5
+then pass "zero=3 on 3 ranks: the losses and gradient norms of zero=0"; else fail "zero=3 losses differ from zero=0"; fi
+# Its checkpoint holds whole tensors: it resumes on 1 rank (zero 0) with zero=0's following losses.
+ULYSSES_TEST_KILL_AT_STEP=3 timeout 300 $MPIRUN -np 3 --oversubscribe -x ULYSSES_TEST_KILL_AT_STEP "$ULYSSES" train \
+  train.yaml out_dir=zero3_cut sp=1 batch_size=3 steps=4 checkpoint_every=2 tensorboard=false zero=3 > zero3_cut.log 2>&1
+timeout 300 "$ULYSSES" train train.yaml out_dir=zero3_cut sp=1 batch_size=3 steps=4 checkpoint_every=2 \
+  tensorboard=false resume=true reshard=true > zero3_resume.log 2>&1 || { fail "zero=3: resume on 1 rank"; tail -5 zero3_resume.log; }
+if close_curves zero0/metrics.jsonl zero3_cut/metrics.jsonl 1e-5 1e-4
+then pass "zero=3: a checkpoint written on 3 ranks resumes on 1 with zero=0's losses"; else fail "zero=3: the resumed losses differ"; fi
+for z in 2 3; do
+  $MPIRUN -np 2 "$ULYSSES" bench --shape tiny --seq 256 --steps 1 --warmup 0 --sp 1 --batch 2 --zero $z \
+    --offload-optimizer > bench_zero$z.log 2>&1 && grep -q "\"zero\":$z" bench_zero$z.log \
+    && pass "bench --zero $z --offload-optimizer on 2 ranks" || { fail "bench --zero $z"; tail -3 bench_zero$z.log; }
+done
 expect_error "bench --zero 2 with fewer rows than dp" "--batch 1 is not a multiple of dp = 2" \
   $MPIRUN -np 2 "$ULYSSES" bench --shape tiny --seq 256 --steps 1 --warmup 0 --sp 1 --zero 2
 if cmp -s zero0/checkpoints/step-0000004/optimizer.safetensors zero1/checkpoints/step-0000004/optimizer.safetensors \
@@ -126,7 +138,7 @@ else fail "grad_dtype=bfloat16 losses"; fi
 expect_error "train: an unknown grad_dtype" "'grad_dtype' must be float32 or bfloat16" \
   "$ULYSSES" train train.yaml grad_dtype=float16
 
-expect_error "train: zero=3 is refused" "'zero'.*stage 3 is not built yet" "$ULYSSES" train train.yaml zero=3
+expect_error "train: zero=4 is refused" "'zero'.*\[0, 3\]" "$ULYSSES" train train.yaml zero=4
 
 # comm-bench on 2 MPI ranks (host buffers): every op and size reported with positive bandwidths.
 timeout 120 $MPIRUN -np 2 "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 65536 --iters 3 > comm.log 2>&1 \
