@@ -49,6 +49,9 @@ class Backend {
 
   // Host memory for offloaded activations/checkpoints: page-locked on CUDA (fast copies), plain host on CPU.
   virtual Allocator& offload_allocator() { return host_allocator(); }
+  // Host memory for collectives staged through the host (parallel/collectives.h): outside the
+  // pools, reused from call to call (pinned and cached on CUDA).
+  virtual Allocator& staging_allocator() { return host_allocator(); }
   // The device stream the ops run on (a cudaStream_t on CUDA; nullptr on CPU), so that a
   // communicator can order its own stream against it (see make_nccl_communicator).
   virtual void* native_stream() { return nullptr; }

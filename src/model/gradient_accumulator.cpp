@@ -37,9 +37,13 @@ void GradientAccumulator::open(std::span<Parameter* const> group) {
   for (Parameter* p : group) total += span_of(*p);
   ULY_CHECK(total <= largest_group_, "gradient scratch: the group of " << group.front()->name
                                                                        << " is larger than planned");
-  // The group before last's reduce-scatters are done by now (they ran during the last group's
-  // backward): their sums go into the shards and their scratch is freed before this one's is taken.
-  finish(previous_);
+  // The group before last's reduce-scatters ran during the last group's backward: their sums go
+  // into the shards and their scratch is freed before this one's is taken. The last group's run on,
+  // during this one's backward.
+  while (in_flight_.size() > 1) {
+    finish(in_flight_.front());
+    in_flight_.pop_front();
+  }
   scratch_ = be_.empty({total}, DType::F32, Pool::Gradients);
   int64_t at = 0;
   for (Parameter* p : group) {
@@ -66,8 +70,8 @@ void GradientAccumulator::close() {
     scratch_ = Tensor{};
     return;
   }
-  finish(previous_);  // normally done at open(); a group closed twice in a row must not lose it
   ProfileScope prof(be_, "grad reduce-scatter");
+  Closed closed;
   for (Open& o : open_) {
     const ElementRange r = w_.grad_range(*o.p);
     InFlight f{o.p, be_.empty({r.block}, DType::F32), nullptr};
@@ -76,12 +80,13 @@ void GradientAccumulator::close() {
     } else {  // the planner's dry run: this rank's block as it is (the same memory, no peers)
       be_.copy(f.mine, o.padded.slice(sh.rank * r.block, (sh.rank + 1) * r.block));
     }
-    previous_.parts.push_back(std::move(f));
+    closed.parts.push_back(std::move(f));
   }
-  previous_.scratch = std::move(scratch_);
+  closed.scratch = std::move(scratch_);
   scratch_ = Tensor{};
   open_.clear();
-  if (!overlap_) finish(previous_);
+  if (overlap_) in_flight_.push_back(std::move(closed));
+  else finish(closed);
 }
 
 void GradientAccumulator::finish(Closed& closed) {
@@ -95,6 +100,10 @@ void GradientAccumulator::finish(Closed& closed) {
   closed = Closed{};
 }
 
-void GradientAccumulator::flush() { finish(previous_); }
+void GradientAccumulator::flush() {
+  // Oldest first: the shards get their sums in the order the groups closed.
+  for (Closed& c : in_flight_) finish(c);
+  in_flight_.clear();
+}
 
 }  // namespace ulysses

@@ -12,6 +12,7 @@
 //    the shard, and its scratch freed, when the group after that opens, or at flush(). Every rank of the group must run the same groups in the same order (as many
 //    sequences each).
 #pragma once
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -70,7 +71,9 @@ class GradientAccumulator {
   // open one hold only their own.
   Tensor scratch_;
   std::vector<Open> open_;
-  Closed previous_;  // sharded: the group closed last, its reduce-scatters in flight
+  // Sharded: the closed groups whose reduce-scatters are in flight, oldest first (at most two: the
+  // last one runs during the open group's backward).
+  std::deque<Closed> in_flight_;
 };
 
 }  // namespace ulysses

@@ -58,7 +58,7 @@ CommHandle staged(Communicator& comm, Backend& backend, const Tensor& send, Tens
                                            Tensor{});
   }
   const auto buffer = [&](const Shape& shape) {
-    return to_host ? Tensor::empty(shape, wire, backend.offload_allocator()) : backend.empty(shape, wire);
+    return to_host ? Tensor::empty(shape, wire, backend.staging_allocator()) : backend.empty(shape, wire);
   };
   Tensor hs = buffer(send.shape());
   // The copy waits for the compute that makes `send`: meanwhile the transfers already in flight

@@ -1,7 +1,8 @@
 // Collectives on tensors. A communicator that takes only host buffers (MPI
 // here, which is not built CUDA-aware) gets device tensors staged through
 // pinned host memory; NCCL takes them directly. Staging buffers are outside the
-// memory pools (they exist only when several ranks share a GPU through MPI).
+// memory pools (they exist only when several ranks share a GPU through MPI) and
+// come from the backend's staging allocator, which keeps them for the next call.
 #pragma once
 #include "backend/backend.h"
 #include "comm/communicator.h"

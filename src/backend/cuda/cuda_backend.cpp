@@ -64,7 +64,8 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
       act_dtype_(act_dtype),
       device_arena_(std::make_unique<ArenaAllocator>(device_allocator(device_index_),
                                                      "cuda:" + std::to_string(device_index_))),
-      host_arena_(std::make_unique<ArenaAllocator>(pinned_host_allocator(), "pinned-host")) {
+      host_arena_(std::make_unique<ArenaAllocator>(pinned_host_allocator(), "pinned-host")),
+      staging_(std::make_unique<CachingAllocator>(pinned_host_allocator(), "pinned-staging")) {
   ULY_CHECK(act_dtype == DType::BF16 || act_dtype == DType::F32,
             "the CUDA backend computes in bfloat16 or float32, not " << dtype_name(act_dtype));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -16,6 +16,7 @@
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm.h"
 #include "core/arena_allocator.h"
+#include "core/caching_allocator.h"
 
 namespace ulysses::cuda {
 
@@ -33,6 +34,7 @@ class CudaBackend : public Backend {
   DType act_dtype() const override { return act_dtype_; }
   Allocator& allocator() override;
   Allocator& offload_allocator() override;
+  Allocator& staging_allocator() override { return *staging_; }
   void* native_stream() override { return stream_; }
   // Free device memory now (cudaMemGetInfo).
   size_t device_memory_available() override;
@@ -130,6 +132,7 @@ class CudaBackend : public Backend {
   DType act_dtype_;
   // The pools' memory: pass-through until reserve_memory(), then one block each.
   std::unique_ptr<ArenaAllocator> device_arena_, host_arena_;
+  std::unique_ptr<CachingAllocator> staging_;  // pinned host blocks for staged collectives
   cudaStream_t stream_ = nullptr;
   cudaStream_t transfer_stream_ = nullptr;  // checkpoint offload copies
   std::vector<cudaEvent_t> spare_events_;
