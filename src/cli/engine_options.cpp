@@ -154,9 +154,11 @@ OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks
   const int64_t zero = args.get_int("zero", 0, IntRange{0, 3, "ZeRO stage"});
   OptimizerChoice c;
   c.included = included;
-  ULY_CHECK(included || (zero == 0 && !args.has("offload-optimizer")),
-            "--zero and --offload-optimizer place the optimizer's state; this step has no optimizer"
-            " (drop --no-optimizer, or drop them)");
+  // Without an optimizer --zero 2 and 3 still shard the gradients and weights (stage 1 has
+  // nothing to shard then); --offload-optimizer has nothing to place.
+  ULY_CHECK(included || (zero != 1 && !args.has("offload-optimizer")),
+            "--zero 1 and --offload-optimizer place the optimizer's state; this step has no optimizer"
+            " (drop --no-optimizer, or drop them; --zero 2 and 3 shard the gradients and weights without one)");
   c.shards = zero >= 1 ? ranks : 1;
   c.zero = static_cast<int>(zero);
   c.offload = args.has("offload-optimizer");

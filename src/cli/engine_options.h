@@ -37,7 +37,8 @@ struct OptimizerChoice {
   bool offload = false;  // --offload-optimizer: the state in host memory, the update on the CPU
 };
 std::vector<OptionSpec> optimizer_option_specs();
-// included: whether the step has an optimizer at all; ranks: the ranks --zero 1 shards over.
+// included: whether the step has an optimizer at all (without one, --zero 2 and 3 still shard the
+// gradients and weights); ranks: the ranks --zero shards over.
 OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks);
 // Adds the choice to a plan request.
 void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer);

@@ -1,6 +1,7 @@
 // ulysses loss-grad --model DIR --batch BATCH.safetensors --out OUT.safetensors
 // The loss and every parameter's gradient for one batch, for checking the
 // engine against PyTorch (README: "The loss-grad contract").
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -10,17 +11,45 @@
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
+#include "parallel/collectives.h"
 #include "parallel/step_communicator.h"
 #include "train/memory_plan.h"
 #include "train/step.h"
 
 namespace ulysses {
+namespace {
+
+// p's whole gradient as a host float32 tensor; collective over the sharding group when sharded.
+Tensor whole_gradient(const LlamaWeights& w, Backend& backend, const Parameter& p) {
+  Tensor whole = Tensor::empty(p.shape, DType::F32);
+  if (!w.grads_sharded()) {
+    backend.copy(whole, p.grad);
+    return whole;
+  }
+  const ParameterSharding& sh = w.sharding();
+  const ElementRange r = w.grad_range(p);
+  Tensor mine = Tensor::empty({r.block}, DType::F32), padded = Tensor::empty({r.block * sh.ranks}, DType::F32);
+  mine.zero_();
+  if (r.hi > r.lo) {
+    Tensor dst = mine.slice(0, r.hi - r.lo);
+    backend.copy(dst, p.grad);
+  }
+  all_gather(*sh.group, backend, mine, padded);
+  Tensor flat = whole.reshape({whole.numel()});
+  backend.copy(flat, padded.slice(0, whole.numel()));
+  return whole;
+}
+
+}  // namespace
 
 int run_loss_grad(int argc, char** argv, Communicator& world) {
   std::vector<OptionSpec> specs = {
       {"model", true, false, "Hugging Face model folder (config.json + safetensors)"},
       {"batch", true, false, "batch safetensors: input_ids [B,S], optional labels/shift_labels/position_ids"},
       {"out", true, false, "output safetensors: loss [1] and grad.<name> for every parameter"},
+      {"zero", true, false, "ZeRO stage over all ranks: 0 (default), 2 = the gradients sharded (reduce-scattered "
+                            "layer by layer), 3 = the weights too (gathered a layer at a time); the gradients written "
+                            "are gathered whole at every stage"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs()) specs.push_back(s);
@@ -42,13 +71,19 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), batch.S);
   StepOptions options = step_options_from(args);
-  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options, OptimizerChoice{},
-                            mesh.ring_size(), mesh.zigzag()))
+  const OptimizerChoice zero = optimizer_choice_from(args, /*included=*/false, world.size());
+  ULY_CHECK(zero.zero < 2 || batch.B % mesh.dp_size() == 0,
+            "loss-grad: --zero " << zero.zero << " reduce-scatters each layer's gradients during the backward, so "
+                                 << "every rank must hold as many rows: the batch's " << batch.B
+                                 << " rows are not a multiple of dp = " << mesh.dp_size() << " (give --sp "
+                                 << world.size() << ", or a batch of a multiple of " << mesh.dp_size() << " rows)");
+  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options, zero, mesh.ring_size(),
+                            mesh.zigzag()))
     return 0;
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 
-  LlamaWeights weights(config, options.grad_dtype);
+  LlamaWeights weights(config, options.grad_dtype, zero_sharding(mesh.world(), zero.zero));
   weights.load(folder, *backend);
   LlamaModel model(weights, *backend, mesh, options);
   backend->pools().reset_peaks();
@@ -58,10 +93,16 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
               << memory_report(MemorySnapshot::of(backend->pools()),
                                mesh.layout().padded_length(batch.S) / mesh.sp_size(), config.hidden_size);
 
+  // Every gradient whole in host memory (gathered from the ranks' shards with ZeRO 2 and 3), so
+  // that the output is the same at every stage.
+  std::vector<Tensor> grads;
+  for (const Parameter& p : weights.params()) grads.push_back(whole_gradient(weights, *backend, p));
   // Non-finite results are refused rather than written (every rank holds the same reduced values).
   std::vector<std::string> bad;
-  for (const Parameter& p : weights.params())
-    if (!std::isfinite(backend->sum_squares(p.grad))) bad.push_back(p.name);
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!std::all_of(grads[i].data<float>(), grads[i].data<float>() + grads[i].numel(),
+                     [](float v) { return std::isfinite(v); }))
+      bad.push_back(weights.params()[i].name);
   ULY_CHECK(std::isfinite(r.loss) && bad.empty(),
             "loss-grad: the loss is " << (std::isnan(r.loss) ? std::string("NaN") : std::to_string(r.loss)) << " and " << bad.size() << " gradients hold NaN or infinity"
                                       << (bad.empty() ? std::string() : " (the first: " + bad.front() + ")")
@@ -73,11 +114,7 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
     Tensor loss = Tensor::empty({1}, DType::F32);
     loss.data<float>()[0] = static_cast<float>(r.loss);
     out.emplace_back("loss", loss);
-    for (const Parameter& p : weights.params()) {
-      Tensor host = Tensor::empty(p.shape, DType::F32);
-      backend->copy(host, p.grad);
-      out.emplace_back("grad." + p.name, host);
-    }
+    for (size_t i = 0; i < grads.size(); ++i) out.emplace_back("grad." + weights.params()[i].name, grads[i]);
     write_safetensors(out_path, out, {{"valid_targets", std::to_string(r.valid_targets)}});
     std::cout << "loss " << r.loss << " over " << r.valid_targets << " targets; wrote " << out_path << "\n";
   }

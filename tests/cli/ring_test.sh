@@ -3,6 +3,7 @@
 # mpirun with --sp-ring (pure ring, beyond the head count, zigzag; and Ulysses × ring)
 # gives the float64 Hugging Face loss and gradients of the packed fixture; the plan
 # names the scheme; bad degrees and zigzag lengths fail with one clear line on every rank.
+# The same under ZeRO stages 2 and 3.
 source "$(dirname "$0")/lib.sh" "$@"
 skip_unless_python numpy safetensors
 F=$ROOT/fixtures/packed   # 4 query heads, 2 kv heads, packed documents
@@ -36,6 +37,15 @@ run_case() {  # run_case NAME NP ARGS...
 run_case "pure ring 4, zigzag (-np 4 --sp-ring 4 --zigzag)" 4 --sp-ring 4 --zigzag
 run_case "pure ring 8 on a 4-head model (-np 8 --sp-ring 8)" 8 --sp-ring 8
 run_case "hybrid ulysses 2 x ring 2, zigzag (-np 4 --sp-ring 2 --zigzag)" 4 --sp-ring 2 --zigzag
+# ZeRO 2 and 3 (issue #11): the gradients reduce-scattered into shards (and the weights gathered
+# from shards) give the same reference; loss-grad writes the gradients gathered whole.
+run_case "ZeRO-2 over dp 2 (-np 2 --sp 1 --zero 2)" 2 --sp 1 --zero 2
+run_case "ZeRO-3 over dp 2 x sp 2 (-np 4 --sp 2 --zero 3)" 4 --sp 2 --zero 3
+run_case "ZeRO-3 with the hybrid, zigzag (-np 4 --sp-ring 2 --zigzag --zero 3)" 4 --sp-ring 2 --zigzag --zero 3
+expect_error "loss-grad --zero 2 with rows that do not deal evenly" "2 rows are not a multiple of dp = 3" \
+  $MPIRUN -np 3 --oversubscribe "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --sp 1 --zero 2
+expect_error "loss-grad --zero 1 has no optimizer to shard" "--zero 1 and --offload-optimizer place the optimizer" \
+  "$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out "$TMP/o.st" --zero 1
 
 if "$ULYSSES" plan --shape tiny --seq 4096 --sp 8 --sp-ring 4 --zigzag > "$TMP/plan" 2>&1 &&
    grep -q "sp 8 (ring 4, zigzag)" "$TMP/plan"; then pass "plan names the ring"
