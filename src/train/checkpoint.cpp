@@ -26,23 +26,52 @@ std::string step_name(int64_t step) {
 
 }  // namespace
 
+std::string checkpoint_staging_dir(const std::string& out_dir, int64_t step) {
+  return (fs::path(out_dir) / "checkpoints" / (".tmp-" + step_name(step))).string();
+}
+
+void prepare_checkpoint_dir(const std::string& out_dir, int64_t step) {
+  const fs::path tmp = checkpoint_staging_dir(out_dir, step);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  try {
+    fs::create_directories(tmp / "optimizer");
+  } catch (const fs::filesystem_error& e) {
+    ULY_FAIL("saving checkpoint: cannot make " << tmp.string() << ": " << e.what()
+                                               << "; the previous checkpoint is untouched");
+  }
+}
+
+void abandon_checkpoint(const std::string& out_dir, int64_t step) {
+  std::error_code ec;
+  fs::remove_all(checkpoint_staging_dir(out_dir, step), ec);
+}
+
+std::string optimizer_shard_file(const std::string& checkpoint_dir, int rank, int ranks) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rank-%05d-of-%05d.safetensors", rank, ranks);
+  return (fs::path(checkpoint_dir) / "optimizer" / buf).string();
+}
+
 std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config,
                             const OptimizerSnapshot& optimizer,
                             const TrainerState& state, const CheckpointSaveOptions& options) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   fs::create_directories(root);
   const fs::path final_dir = root / step_name(state.step);
-  const fs::path tmp = root / (".tmp-" + step_name(state.step));
+  const fs::path tmp = checkpoint_staging_dir(out_dir, state.step);
   std::error_code ec;
-  fs::remove_all(tmp, ec);
+  if (!options.sharded_optimizer) fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
     save_model_folder((tmp / "model").string(), model_config, optimizer.master, options.dtype);
     copy_model_assets(options.asset_dirs, (tmp / "model").string());
-    write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state,
-                      {{"steps_taken", std::to_string(optimizer.steps_taken)}});
+    if (!options.sharded_optimizer)
+      write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state,
+                        {{"steps_taken", std::to_string(optimizer.steps_taken)}});
     nlohmann::json j;
     j["step"] = state.step;
+    if (state.optimizer_shards > 0) j["optimizer_shards"] = state.optimizer_shards;
     j["loader"] = state.loader;
     j["mesh"] = {{"world", state.mesh.world}, {"sp", state.mesh.sp}, {"dp", state.mesh.dp}};
     j["config"] = state.config;
@@ -125,10 +154,13 @@ TrainerState read_trainer_state(const std::string& dir) {
     s.mesh.dp = j.at("mesh").at("dp");
     s.config = j.value("config", nlohmann::json::object());
     s.fingerprint = j.value("fingerprint", nlohmann::json());
+    s.optimizer_shards = j.value("optimizer_shards", 0);
   } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(path << ": invalid trainer state: " << e.what());
   }
   ULY_CHECK(s.step >= 0, path << ": invalid trainer state: step " << s.step);
+  ULY_CHECK(s.optimizer_shards >= 0 && s.optimizer_shards <= limits::kSpDegree.hi,
+            path << ": invalid trainer state: optimizer_shards " << s.optimizer_shards);
   return s;
 }
 

@@ -1,7 +1,10 @@
 // Training checkpoints: OUT/checkpoints/step-NNNNNNN/ holding
 //   model/                 a Hugging Face folder (loads in transformers as it is: weights in save_dtype,
 //                          tokenizer, chat template and generation config copied from the source)
-//   optimizer.safetensors  fp32 master weights and AdamW moments
+//   optimizer.safetensors  fp32 master weights and AdamW moments, whole (the state on one rank), or
+//   optimizer/rank-RRRRR-of-PPPPP.safetensors  each rank's shard of them (the state sharded over P
+//                          ranks, ZeRO 1-3): master., exp_avg., exp_avg_sq.<name> as the rank's flat
+//                          elements of each parameter (shard_range's blocks), written by that rank
 //   trainer_state.json     step, data-loader state, mesh, the effective config
 //   COMPLETE               written last: a folder without it is ignored
 // Written into a temporary folder and renamed into place, then OUT/checkpoints/
@@ -25,6 +28,7 @@ struct CheckpointMesh {
 
 struct TrainerState {
   int64_t step = 0;
+  int optimizer_shards = 0;  // ranks whose files optimizer/ holds; 0: optimizer.safetensors holds it whole
   nlohmann::json loader;
   CheckpointMesh mesh;
   nlohmann::json config;
@@ -35,9 +39,22 @@ struct CheckpointSaveOptions {
   DType dtype = DType::BF16;            // of model/'s weights (the fp32 masters are in optimizer.safetensors)
   std::vector<std::string> asset_dirs;  // tokenizer, chat template, generation config copied into model/ from these
   int64_t keep_last = 0;                // > 0: remove older step-* folders beyond the newest N
+  // The staging folder was prepared (prepare_checkpoint_dir) and every rank wrote its optimizer
+  // shard into it; the snapshot then holds the masters only (for model/).
+  bool sharded_optimizer = false;
 };
 
-// Rank 0 writes (the optimizer snapshot gathered by every rank); returns the checkpoint folder.
+// The folder a checkpoint of `step` is assembled in before it is renamed into place: every rank
+// can name it; rank 0 makes it (empty, with optimizer/) with prepare_checkpoint_dir, and removes
+// it with abandon_checkpoint when a rank could not write its part.
+std::string checkpoint_staging_dir(const std::string& out_dir, int64_t step);
+void prepare_checkpoint_dir(const std::string& out_dir, int64_t step);
+void abandon_checkpoint(const std::string& out_dir, int64_t step);
+// Rank `rank` of `ranks`' optimizer shard in a checkpoint (or staging) folder.
+std::string optimizer_shard_file(const std::string& checkpoint_dir, int rank, int ranks);
+
+// Rank 0 writes (the optimizer snapshot gathered by every rank, or with options.sharded_optimizer
+// the masters only, the ranks' shards already in the staging folder); returns the checkpoint folder.
 std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model_config,
                             const OptimizerSnapshot& optimizer,
                             const TrainerState& state, const CheckpointSaveOptions& options);

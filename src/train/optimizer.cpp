@@ -6,6 +6,7 @@
 #include "backend/profile_scope.h"
 #include "io/safetensors.h"
 #include "parallel/collectives.h"
+#include "train/checkpoint.h"
 
 namespace ulysses {
 
@@ -238,7 +239,7 @@ Tensor AdamW::gather(const Tensor& shard, const Slot& s, const Shape& shape) con
   return whole;
 }
 
-OptimizerSnapshot AdamW::snapshot(bool keep) const {
+OptimizerSnapshot AdamW::snapshot(bool keep, bool masters_only) const {
   OptimizerSnapshot out;
   out.steps_taken = steps_;
   if (!keep && group_ == nullptr) return out;
@@ -247,12 +248,76 @@ OptimizerSnapshot AdamW::snapshot(bool keep) const {
     const Slot& s = slots_[i];
     Tensor master = gather(s.master, s, p.shape);
     out.master.emplace_back(p.name, master);
-    out.state.emplace_back("master." + p.name, master);
-    out.state.emplace_back("exp_avg." + p.name, gather(s.m, s, p.shape));
-    out.state.emplace_back("exp_avg_sq." + p.name, gather(s.v, s, p.shape));
+    if (!masters_only) {
+      out.state.emplace_back("master." + p.name, master);
+      out.state.emplace_back("exp_avg." + p.name, gather(s.m, s, p.shape));
+      out.state.emplace_back("exp_avg_sq." + p.name, gather(s.v, s, p.shape));
+    }
     if (!keep) out.master.clear(), out.state.clear();  // took part in the gathers only
   }
   return out;
+}
+
+void AdamW::save_shard(const std::string& path) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    for (const auto& [prefix, t] : {std::pair<const char*, const Tensor*>{"master.", &s.master},
+                                    {"exp_avg.", &s.m}, {"exp_avg_sq.", &s.v}}) {
+      Tensor host = t->device() == Device::CPU ? *t : Tensor::empty({s.hi - s.lo}, DType::F32);
+      if (t->device() != Device::CPU) be_.copy(host, *t);
+      out.emplace_back(prefix + w_.params()[i].name, host);
+    }
+  }
+  write_safetensors(path, out,
+                    {{"steps_taken", std::to_string(steps_)},
+                     {"rank", std::to_string(group_ == nullptr ? 0 : group_->rank())},
+                     {"ranks", std::to_string(shards())}});
+}
+
+void AdamW::load_shards(const std::string& dir, int ranks, int64_t steps_taken) {
+  ULY_CHECK(ranks >= 1, dir << ": optimizer state in " << ranks << " shards");
+  std::vector<SafetensorsFile> files;
+  for (int k = 0; k < ranks; ++k) files.push_back(SafetensorsFile::open(optimizer_shard_file(dir, k, ranks)));
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Parameter& p = w_.params()[i];
+    Slot& s = slots_[i];
+    const int64_t n = shape_numel(p.shape);
+    for (const auto& [prefix, t] :
+         {std::pair<const char*, Tensor*>{"master.", &s.master}, {"exp_avg.", &s.m}, {"exp_avg_sq.", &s.v}}) {
+      const std::string name = prefix + p.name;
+      // Old rank k held [k c, (k + 1) c) clipped to n: the files overlapping this rank's [lo, hi).
+      for (int k = 0; k < ranks; ++k) {
+        const ElementRange old = shard_range(n, k, ranks);
+        const int64_t lo = std::max(old.lo, s.lo), hi = std::min(old.hi, s.hi);
+        if (lo >= hi) continue;
+        const SafetensorsFile& f = files[static_cast<size_t>(k)];
+        ULY_CHECK(f.contains(name), f.path() << ": optimizer shard has no '" << name << "'");
+        ULY_CHECK(f.info(name).shape == Shape{old.hi - old.lo},
+                  f.path() << ": '" << name << "' has shape " << shape_str(f.info(name).shape) << ", rank " << k
+                           << " of " << ranks << " holds " << old.hi - old.lo << " elements of it");
+        const Tensor part = f.read_f32(name);
+        Tensor dst = t->slice(lo - s.lo, hi - s.lo);
+        be_.copy(dst, part.slice(lo - old.lo, hi - old.lo));
+      }
+    }
+  }
+  steps_ = steps_taken;
+  weights_from_masters();
+}
+
+void AdamW::weights_from_masters() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.hi == s.lo) continue;
+    Tensor weight = weight_part(w_.params()[i], s);
+    be_.copy(weight, s.master);
+  }
+  if (group_ != nullptr && !w_.weights_sharded())
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Tensor flat = w_.params()[i].value.reshape({w_.params()[i].value.numel()});
+      all_gather_parts(flat, slots_[i]);
+    }
 }
 
 void AdamW::load_state(const std::string& path, int64_t steps_taken) {

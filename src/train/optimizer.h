@@ -74,7 +74,15 @@ class AdamW {
   // The whole state as host tensors, on the ranks that keep it (the one that writes the
   // checkpoint); collective when sharded, so every rank of the group calls it. State
   // already whole in host memory is returned as views of it: valid until the next step().
-  OptimizerSnapshot snapshot(bool keep) const;
+  // masters_only: the masters alone (for the model folder, when the ranks write their own shards).
+  OptimizerSnapshot snapshot(bool keep, bool masters_only = false) const;
+  // This rank's part of the state (master., exp_avg., exp_avg_sq.<name>, flat) as one safetensors
+  // file: a checkpoint's optimizer/rank-R-of-P (train/checkpoint.h). Not collective.
+  void save_shard(const std::string& path) const;
+  // Reads the `ranks` shard files a checkpoint's optimizer/ holds (written by any number of
+  // ranks) and takes this rank's elements from the files that hold them; the weights follow the
+  // masters exactly. Collective over the shard group (the weights are gathered).
+  void load_shards(const std::string& checkpoint_dir, int ranks, int64_t steps_taken);
   // Reads optimizer.safetensors (whole tensors, whatever group wrote them) and takes this
   // rank's part; the weights follow the masters exactly.
   void load_state(const std::string& optimizer_file, int64_t steps_taken);
@@ -85,6 +93,9 @@ class AdamW {
     int64_t lo = 0, hi = 0;
     bool decay;  // matrices decay, norms do not
   };
+  // After the masters changed outside step(): the weights take their values (rounded to the
+  // compute dtype), and unsharded weights are gathered whole again.
+  void weights_from_masters();
   // A parameter's elements [lo, hi) as a flat view.
   static Tensor part(const Tensor& t, const Slot& s);
   // The compute copy of a slot's elements: part of p's whole value, or its shard (ZeRO stage 3).

@@ -243,8 +243,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (out_dir / "checkpoints").string()
                                                             << " holds no complete checkpoint");
     const TrainerState st = read_trainer_state(*ckpt);
-    // The checkpoint holds whole tensors and a global data position, so any mesh can take it
-    // up; only the order of the sums changes, which is why it takes reshard=true.
+    // The checkpoint holds whole tensors (or the state in blocks of known layout) and a global data
+    // position, so any mesh can take it up; only the order of the sums changes, which is why it
+    // takes reshard=true.
     const auto mesh_of = [](const nlohmann::json& f) {
       return f.is_object() && f.contains("mesh") ? f.at("mesh") : nlohmann::json();
     };
@@ -264,7 +265,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                         "cannot be checked against it");
     else
       check_resume_fingerprint(st.fingerprint, fingerprint, *ckpt, /*ignore_mesh=*/!same_mesh);
-    optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
+    if (st.optimizer_shards > 0) optimizer.load_shards(*ckpt, st.optimizer_shards, st.step);
+    else optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
     train->restore(st.loader);
     start_step = st.step;
     if (rank0) {
@@ -306,7 +308,30 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     if (start_step > 0) events->session_start(start_step + 1);  // older files' later steps are superseded
   }
   auto save = [&](int64_t step) {
-    const OptimizerSnapshot snapshot = optimizer.snapshot(rank0);  // collective when the state is sharded
+    // Sharded state: each rank writes its own file into the staging folder (no rank gathers the
+    // state); only the masters are gathered, for the model folder.
+    const bool sharded = optimizer.shards() > 1;
+    if (sharded) {
+      if (rank0) prepare_checkpoint_dir(cfg.out_dir, step);
+      world.barrier();
+      std::string failure;
+      try {
+        optimizer.save_shard(
+            optimizer_shard_file(checkpoint_staging_dir(cfg.out_dir, step), world.rank(), optimizer.shards()));
+      } catch (const Error& e) {
+        failure = e.message();
+      }
+      int64_t failed = failure.empty() ? 0 : 1, any = 0;
+      world.all_reduce(&failed, &any, 1, DType::I64, ReduceOp::Max);
+      if (any) {
+        if (rank0) abandon_checkpoint(cfg.out_dir, step);
+        ULY_FAIL("saving the checkpoint of step "
+                 << step << " failed: "
+                 << (failure.empty() ? "another rank could not write its optimizer shard" : failure)
+                 << "; the previous checkpoint is untouched");
+      }
+    }
+    const OptimizerSnapshot snapshot = optimizer.snapshot(rank0, /*masters_only=*/sharded);  // collective if sharded
     if (rank0) {
       metrics->sync();  // the metrics up to a checkpoint are on disk before it is
       if (events) events->sync();
@@ -316,7 +341,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
       st.mesh = this_mesh;
       st.config = cfg.as_json;
       st.fingerprint = fingerprint;
+      st.optimizer_shards = sharded ? optimizer.shards() : 0;
       CheckpointSaveOptions so;
+      so.sharded_optimizer = sharded;
       so.dtype = save_dtype_of(cfg.save_dtype);
       so.asset_dirs = asset_dirs;
       so.keep_last = cfg.keep_last;

@@ -36,6 +36,25 @@ print(f"     worst relative differences: loss {loss:.2e}, gradient norm {norm:.2
 PY
 }
 
+# resumed_losses_match A B...: runs B... (killed after step 3, resumed from step 2's checkpoint)
+# have A's losses at steps 3 and 4 within 1e-5 relative.
+resumed_losses_match() {
+  python3 - "$@" <<'PY'
+import json, sys
+def curve(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+a = curve(sys.argv[1])
+worst = 0.0
+for path in sys.argv[2:]:
+    b = curve(path)
+    assert sorted(b) == [1, 2, 3, 4], (path, sorted(b))
+    for step in (3, 4):
+        worst = max(worst, abs(a[step] - b[step]) / abs(a[step]))
+        assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (path, step, a[step], b[step])
+print(f"     steps 3-4: worst relative loss difference {worst:.2e}")
+PY
+}
+
 # Rank 1 of 2 SIGKILLs itself after step 3; rank 0 goes on into the next step's
 # collectives. The job must end (mpirun ends rank 0) well within the limit, non-zero.
 start=$SECONDS
@@ -89,9 +108,21 @@ for z in 2 3; do
 done
 expect_error "bench --zero 2 with fewer rows than dp" "--batch 1 is not a multiple of dp = 2" \
   $MPIRUN -np 2 "$ULYSSES" bench --shape tiny --seq 256 --steps 1 --warmup 0 --sp 1 --zero 2
-if cmp -s zero0/checkpoints/step-0000004/optimizer.safetensors zero1/checkpoints/step-0000004/optimizer.safetensors \
-   && cmp -s zero0/checkpoints/step-0000004/model/model.safetensors zero1/checkpoints/step-0000004/model/model.safetensors
-then pass "zero=1: the checkpoint (whole optimizer state, model) is byte-identical"
+# The sharded state is written by each rank (optimizer/rank-R-of-3): put together, the blocks are
+# zero=0's whole state bit for bit; the model folder (gathered masters) is byte-identical.
+if cmp -s zero0/checkpoints/step-0000004/model/model.safetensors zero1/checkpoints/step-0000004/model/model.safetensors \
+   && [ ! -e zero1/checkpoints/step-0000004/optimizer.safetensors ] && python3 - zero0/checkpoints/step-0000004 zero1/checkpoints/step-0000004 <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file
+whole = load_file(sys.argv[1] + "/optimizer.safetensors")
+shards = [load_file(f"{sys.argv[2]}/optimizer/rank-{r:05d}-of-00003.safetensors") for r in range(3)]
+assert sorted(whole) == sorted(shards[0]), "names differ"
+for name, t in whole.items():
+    joined = np.concatenate([s[name] for s in shards])
+    assert joined.shape == (t.size,) and np.array_equal(joined.view(np.uint32), t.reshape(-1).view(np.uint32)), name
+PY
+then pass "zero=1: the ranks' optimizer shards are zero=0's state bit for bit, the model byte-identical"
 else fail "zero=1: the checkpoint differs from zero=0's"; ls zero1/checkpoints/step-0000004 zero1/checkpoints/step-0000004/model; fi
 # Resharding: run B is killed after step 3 (checkpoint at 2) on 2 ranks (dp 2); it resumes on
 # 4 ranks (dp 2 x sp 2, ZeRO-1 over 4) and, from another copy, on 1 rank: steps 3 and 4 match the
@@ -108,22 +139,24 @@ timeout 300 $MPIRUN -np 4 --oversubscribe "$ULYSSES" train $common out_dir=resha
   reshard=true > reshard_b2.log 2>&1 || { fail "reshard: resume on 4 ranks"; tail -5 reshard_b2.log; }
 timeout 300 "$ULYSSES" train $common out_dir=reshard_c resume=true reshard=true > reshard_c2.log 2>&1 \
   || { fail "reshard: resume on 1 rank"; tail -5 reshard_c2.log; }
-if python3 - reshard_a/metrics.jsonl reshard_b/metrics.jsonl reshard_c/metrics.jsonl <<'PY'
-import json, sys
-def curve(path):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
-a = curve(sys.argv[1])
-worst = 0.0
-for path in sys.argv[2:]:
-    b = curve(path)
-    assert sorted(b) == [1, 2, 3, 4], (path, sorted(b))
-    for step in (3, 4):
-        worst = max(worst, abs(a[step] - b[step]) / abs(a[step]))
-        assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (path, step, a[step], b[step])
-print(f"     steps 3-4: worst relative loss difference {worst:.2e}")
-PY
+if resumed_losses_match reshard_a/metrics.jsonl reshard_b/metrics.jsonl reshard_c/metrics.jsonl
 then pass "reshard: resumed on 4 ranks and on 1 rank, steps 3-4 match the uninterrupted run"
 else fail "reshard: the resumed losses differ"; fi
+# ZeRO-3 on 4 ranks (dp 2 x sp 2) writes its state in 4 shards; killed after step 3, it resumes
+# on 2 ranks (sp 2, zero=3: each new rank reads the two old files its half spans) and on 1 rank:
+# steps 3 and 4 match the uninterrupted run A.
+ULYSSES_TEST_KILL_AT_STEP=3 timeout 300 $MPIRUN -np 4 --oversubscribe -x ULYSSES_TEST_KILL_AT_STEP "$ULYSSES" train \
+  $common out_dir=reshard_d sp=2 zero=3 > reshard_d.log 2>&1
+[ -e reshard_d/checkpoints/step-0000002/optimizer/rank-00003-of-00004.safetensors ] \
+  && pass "zero=3 on 4 ranks: each rank wrote its optimizer shard" || { fail "zero=3: no shard files"; tail -3 reshard_d.log; }
+cp -r reshard_d reshard_e
+timeout 300 $MPIRUN -np 2 "$ULYSSES" train $common out_dir=reshard_d sp=2 zero=3 resume=true reshard=true \
+  > reshard_d2.log 2>&1 || { fail "reshard: zero=3 resume on 2 ranks"; tail -5 reshard_d2.log; }
+timeout 300 "$ULYSSES" train $common out_dir=reshard_e resume=true reshard=true > reshard_e2.log 2>&1 \
+  || { fail "reshard: zero=3 resume on 1 rank"; tail -5 reshard_e2.log; }
+if resumed_losses_match reshard_a/metrics.jsonl reshard_d/metrics.jsonl reshard_e/metrics.jsonl
+then pass "reshard: a zero=3 checkpoint of 4 ranks resumed on 2 and on 1, steps 3-4 match run A"
+else fail "reshard: the zero=3 resumed losses differ"; fi
 grep -q "not bit for bit" reshard_c2.log && pass "reshard: the resume says it is not bit for bit" \
   || fail "reshard: no warning"
 

@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "mpi/mpi_test_main.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
 #include "train/step.h"
@@ -100,7 +101,9 @@ void check_sharded_equals_unsharded(bool offload, bool lagging = false) {
 
   // Resume: rank 0 writes the whole state; a fresh sharded optimizer over fresh weights
   // reads its shares back and takes the same next step as the unsharded one.
-  const std::string file = (std::filesystem::temp_directory_path() / "uly_zero_test_optimizer.safetensors").string();
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("uly_zero_test_optimizer_np" + std::to_string(c.size()) + (offload ? "_off" : "") +
+                             ".safetensors")).string();
   if (c.rank() == 0) write_safetensors(file, sb.state, {{"steps_taken", "3"}});
   c.barrier();
   LlamaWeights resumed(folder.config());
@@ -115,6 +118,37 @@ void check_sharded_equals_unsharded(bool offload, bool lagging = false) {
   EXPECT_EQ(sum_over_ranks(values_differing(whole, resumed)), 0) << "the step after resuming";
   c.barrier();
   if (c.rank() == 0) std::filesystem::remove(file);
+
+  // Shard files (a checkpoint's optimizer/): every rank writes its part; a sharded optimizer on
+  // the same ranks, and an unsharded one on each rank (reading every file), read back the same
+  // state and take the same next step.
+  const std::string shard_dir = (std::filesystem::temp_directory_path() /
+                                ("uly_zero_test_shards_np" + std::to_string(c.size()) + (offload ? "_off" : "")))
+                                   .string();
+  if (c.rank() == 0) {
+    std::filesystem::remove_all(shard_dir);
+    std::filesystem::create_directories(shard_dir + "/optimizer");
+  }
+  c.barrier();
+  r.save_shard(optimizer_shard_file(shard_dir, c.rank(), c.size()));
+  c.barrier();
+  LlamaWeights from_shards(folder.config()), one_rank(folder.config());
+  from_shards.load(folder, *backend);
+  one_rank.load(folder, *backend);
+  AdamW s(from_shards, *backend, oc, {&c, offload}), u(one_rank, *backend, oc, {nullptr, offload});
+  s.load_shards(shard_dir, c.size(), 4);
+  u.load_shards(shard_dir, c.size(), 4);
+  EXPECT_EQ(sum_over_ranks(snapshots_differing(r.snapshot(true), s.snapshot(true))), 0) << "sharded from shards";
+  EXPECT_EQ(sum_over_ranks(snapshots_differing(a.snapshot(true), u.snapshot(true))), 0) << "unsharded from shards";
+  EXPECT_EQ(sum_over_ranks(values_differing(whole, from_shards) + values_differing(whole, one_rank)), 0);
+  for (LlamaWeights* w : {&whole, &from_shards, &one_rank}) fill_grads(*w, 5);
+  a.step();
+  s.step();
+  u.step();
+  EXPECT_EQ(sum_over_ranks(values_differing(whole, from_shards) + values_differing(whole, one_rank)), 0)
+      << "the step after reading the shards";
+  c.barrier();
+  if (c.rank() == 0) std::filesystem::remove_all(shard_dir);
 }
 
 TEST(Zero, ShardedAdamWEqualsUnsharded) { check_sharded_equals_unsharded(false); }
