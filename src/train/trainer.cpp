@@ -294,7 +294,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
                                    << (optimizer.shards() > 1
                                            ? " (ZeRO stage " + std::to_string(cfg.zero) + ": 1/" +
                                                  std::to_string(optimizer.shards()) + " of it" +
-                                                 (cfg.zero >= 2 ? ", and of the gradients)" : ")")
+                                                 (cfg.zero >= 3   ? ", of the gradients and of the weights)"
+                                                  : cfg.zero == 2 ? ", and of the gradients)"
+                                                                  : ")")
                                            : std::string())
                                    << (cfg.offload_optimizer ? ", in pinned host memory, updated on the CPU"
                                                              : ", on the device"));
