@@ -11,7 +11,6 @@
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
-#include "parallel/collectives.h"
 #include "parallel/step_communicator.h"
 #include "train/memory_plan.h"
 #include "train/step.h"
@@ -26,17 +25,13 @@ Tensor whole_gradient(const LlamaWeights& w, Backend& backend, const Parameter& 
     backend.copy(whole, p.grad);
     return whole;
   }
-  const ParameterSharding& sh = w.sharding();
   const ElementRange r = w.grad_range(p);
-  Tensor mine = Tensor::empty({r.block}, DType::F32), padded = Tensor::empty({r.block * sh.ranks}, DType::F32);
-  mine.zero_();
-  if (r.hi > r.lo) {
-    Tensor dst = mine.slice(0, r.hi - r.lo);
-    backend.copy(dst, p.grad);
-  }
-  all_gather(*sh.group, backend, mine, padded);
   Tensor flat = whole.reshape({whole.numel()});
-  backend.copy(flat, padded.slice(0, whole.numel()));
+  if (r.hi > r.lo) {
+    Tensor mine = flat.slice(r.lo, r.hi);
+    backend.copy(mine, p.grad);
+  }
+  all_gather_blocks(*w.sharding().group, backend, flat);
   return whole;
 }
 

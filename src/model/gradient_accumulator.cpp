@@ -1,7 +1,5 @@
 #include "model/gradient_accumulator.h"
 
-#include <algorithm>
-
 #include "backend/profile_scope.h"
 #include "comm/communicator.h"
 #include "parallel/collectives.h"
@@ -14,14 +12,6 @@ GradientAccumulator::GradientAccumulator(LlamaWeights& weights, Backend& backend
   const ParameterSharding& sh = w_.sharding();
   ULY_CHECK(sh.group == nullptr || sh.group->size() == sh.ranks,
             "gradient sharding over " << sh.ranks << " ranks but its group has " << sh.group->size());
-  int64_t largest = span_of(w_.embed());  // the embedding's group
-  largest = std::max(largest, span_of(w_.final_norm()) + span_of(w_.lm_head()));
-  for (int64_t l = 0; l < w_.config().num_hidden_layers; ++l) {
-    int64_t n = 0;
-    for (const Parameter* p : w_.layer(l).all()) n += span_of(*p);
-    largest = std::max(largest, n);
-  }
-  largest_group_ = largest;
 }
 
 int64_t GradientAccumulator::span_of(const Parameter& p) const {
@@ -35,8 +25,6 @@ void GradientAccumulator::open(std::span<Parameter* const> group) {
   if (!uses_scratch_) return;
   int64_t total = 0;
   for (Parameter* p : group) total += span_of(*p);
-  ULY_CHECK(total <= largest_group_, "gradient scratch: the group of " << group.front()->name
-                                                                       << " is larger than planned");
   // The group before last's reduce-scatters ran during the last group's backward: their sums go
   // into the shards and their scratch is freed before this one's is taken. The last group's run on,
   // during this one's backward.

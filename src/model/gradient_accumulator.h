@@ -9,8 +9,8 @@
 //    reduce-scattered over the sharding group, this rank's block added into its shard, so a
 //    rank never holds more than two groups' whole gradients. The reduce-scatter is started
 //    when the group closes and runs during the next group's backward; its block is added into
-//    the shard, and its scratch freed, when the group after that opens, or at flush(). Every rank of the group must run the same groups in the same order (as many
-//    sequences each).
+//    the shard, and its scratch freed, when the group after that opens, or at flush(). Every
+//    rank of the group must run the same groups in the same order (as many sequences each).
 #pragma once
 #include <deque>
 #include <span>
@@ -65,7 +65,6 @@ class GradientAccumulator {
   Backend& be_;
   bool uses_scratch_;
   bool overlap_;
-  int64_t largest_group_ = 0;
   // The open group's scratch: float32, the group's elements, in the Gradients pool. Sized per group
   // (the embedding's and lm_head's are several layers' size), so that a group in flight and the
   // open one hold only their own.

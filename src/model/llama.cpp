@@ -74,6 +74,17 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<
 
 LlamaModel::~LlamaModel() = default;
 
+int64_t LlamaModel::next_forward_group(int64_t l) const {
+  return l + 1 < c_.num_hidden_layers ? l + 1 : ParameterStore::kHead;
+}
+
+void LlamaModel::embed(const Tensor& ids, Tensor& x) {
+  ParameterStore::Held held(params_, ParameterStore::kEmbedding);
+  params_.prefetch(next_forward_group(-1));
+  ProfileScope prof(be_, "embedding");
+  be_.embedding_forward(x, ids, w_.embed().value);
+}
+
 int64_t LlamaModel::first_backward_group(int64_t l, int64_t segment) const {
   if (l < 0) return ParameterStore::kNone;
   const int64_t K = std::max<int64_t>(1, options_.checkpoint_every);
@@ -424,15 +435,10 @@ double LlamaModel::forward_loss(const SequenceShard& shard) {
   begin_sequence(shard, ids, targets);
   const int64_t Lyr = c_.num_hidden_layers;
   Tensor x = be_.empty({N, D}, t);
-  {
-    ParameterStore::Held held(params_, ParameterStore::kEmbedding);
-    params_.prefetch(Lyr > 0 ? 0 : ParameterStore::kHead);
-    ProfileScope prof(be_, "embedding");
-    be_.embedding_forward(x, ids, w_.embed().value);
-  }
+  embed(ids, x);
   for (int64_t l = 0; l < Lyr; ++l) {
     ParameterStore::Held held(params_, l);
-    params_.prefetch(l + 1 < Lyr ? l + 1 : ParameterStore::kHead);
+    params_.prefetch(next_forward_group(l));
     LayerActs acts;
     Tensor y = be_.empty({N, D}, t);
     layer_forward(l, x, acts, y);
@@ -458,12 +464,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   begin_sequence(shard, ids, targets);
 
   Tensor x = be_.empty({N, D}, t);
-  {
-    ParameterStore::Held held(params_, ParameterStore::kEmbedding);
-    params_.prefetch(Lyr > 0 ? 0 : ParameterStore::kHead);
-    ProfileScope prof(be_, "embedding");
-    be_.embedding_forward(x, ids, w_.embed().value);
-  }
+  embed(ids, x);
 
   std::vector<LayerActs> acts(Lyr);
   std::vector<KeptAttention> kept(Lyr);
@@ -473,7 +474,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   const int64_t K = options_.checkpoint ? std::max<int64_t>(1, options_.checkpoint_every) : 1;
   for (int64_t l = 0; l < Lyr; ++l) {
     ParameterStore::Held held(params_, l);
-    params_.prefetch(l + 1 < Lyr ? l + 1 : ParameterStore::kHead);
+    params_.prefetch(next_forward_group(l));
     Tensor y = be_.empty({N, D}, t);
     if (options_.checkpoint && l % K == 0) store.put(l, x);
     layer_forward(l, x, acts[l], y);

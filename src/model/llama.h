@@ -78,6 +78,10 @@ class LlamaModel {
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
   int64_t mlp_tile_tokens(int64_t N) const;
+  // The weight group the forward uses after layer l (-1: after the embedding): l + 1, or the head.
+  int64_t next_forward_group(int64_t l) const;
+  // x = the embedding of ids, its weights held meanwhile (the first layer's gathered beside it).
+  void embed(const Tensor& ids, Tensor& x);
   // The weight group the backward uses first for layer l (segment: the first layer whose input is
   // on the device, Lyr before the backward starts): its segment's first layer when the segment's
   // forward is recomputed, else l itself; kNone below layer 0.

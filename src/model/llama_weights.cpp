@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "comm/communicator.h"
+#include "parallel/collectives.h"
 
 namespace ulysses {
 
@@ -49,6 +50,27 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, ParameterShar
   for (const Idx& i : idx)
     layers_.push_back(Layer{&params_[i.in], &params_[i.q], &params_[i.k], &params_[i.v], &params_[i.o],
                             &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]});
+}
+
+void all_gather_blocks(Communicator& group, Backend& backend, Tensor& flat) {
+  const int P = group.size(), r = group.rank();
+  const int64_t n = flat.numel();
+  const ElementRange mine = shard_range(n, r, P);
+  const int64_t c = mine.block;
+  if (n == c * P) {  // equal blocks: in place, this rank's block already where it belongs
+    all_gather(group, backend, flat.slice(mine.lo, mine.hi), flat);
+    return;
+  }
+  // Blocks of c elements, the last ones short or empty: gathered through a padded buffer.
+  Tensor padded = flat.device() == Device::CPU ? Tensor::empty({c * P}, flat.dtype())
+                                               : backend.empty({c * P}, flat.dtype());
+  Tensor block = padded.slice(r * c, r * c + c);
+  if (mine.hi > mine.lo) {
+    Tensor dst = block.slice(0, mine.hi - mine.lo);
+    backend.copy(dst, flat.slice(mine.lo, mine.hi));
+  }
+  all_gather(group, backend, block, padded);
+  backend.copy(flat, padded.slice(0, n));
 }
 
 ParameterSharding zero_sharding(Communicator& group, int stage) {

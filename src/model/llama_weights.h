@@ -21,6 +21,9 @@ struct ElementRange {
   int64_t block = 0;  // c: every rank's block size (padded)
 };
 ElementRange shard_range(int64_t n, int rank, int ranks);
+// flat (n elements, on the device or the host) holds this rank's shard_range(n, rank, size) of
+// `group` at its place; afterwards it holds every rank's. Collective over the group.
+void all_gather_blocks(Communicator& group, Backend& backend, Tensor& flat);
 
 // ZeRO stages 2 and 3: every gradient sharded over `ranks` ranks, this one holding
 // shard_range(n, rank, ranks) of each; the backward reduce-scatters each group of parameters'

@@ -190,31 +190,9 @@ AdamW::StepInfo AdamW::step() {
   }
   if (group_ != nullptr && !w_.weights_sharded()) {  // ZeRO stage 3 keeps only the shards
     prof.next("optimizer all-gather");
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Tensor flat = w_.params()[i].value.reshape({w_.params()[i].value.numel()});
-      all_gather_parts(flat, slots_[i]);
-    }
+    gather_weights();
   }
   return info;
-}
-
-void AdamW::all_gather_parts(Tensor& flat, const Slot& s) const {
-  const int P = group_->size();
-  const int64_t n = flat.numel(), c = shard_range(n, 0, P).block, r = group_->rank();
-  if (n == c * P) {  // equal blocks: in place, this rank's block already where it belongs
-    all_gather(*group_, be_, flat.slice(s.lo, s.hi), flat);
-    return;
-  }
-  // Blocks of c elements, the last ones short or empty: gathered through a padded buffer.
-  Tensor padded = flat.device() == Device::CPU ? Tensor::empty({c * P}, flat.dtype())
-                                               : be_.empty({c * P}, flat.dtype());
-  Tensor mine = padded.slice(r * c, r * c + c);
-  if (s.hi > s.lo) {
-    Tensor dst = mine.slice(0, s.hi - s.lo);
-    be_.copy(dst, flat.slice(s.lo, s.hi));
-  }
-  all_gather(*group_, be_, mine, padded);
-  be_.copy(flat, padded.slice(0, n));
 }
 
 std::vector<std::string> AdamW::nonfinite_gradients() const {
@@ -235,7 +213,7 @@ Tensor AdamW::gather(const Tensor& shard, const Slot& s, const Shape& shape) con
     Tensor mine = flat.slice(s.lo, s.hi);
     be_.copy(mine, shard);
   }
-  if (group_ != nullptr) all_gather_parts(flat, s);
+  if (group_ != nullptr) all_gather_blocks(*group_, be_, flat);
   return whole;
 }
 
@@ -313,11 +291,15 @@ void AdamW::weights_from_masters() {
     Tensor weight = weight_part(w_.params()[i], s);
     be_.copy(weight, s.master);
   }
-  if (group_ != nullptr && !w_.weights_sharded())
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Tensor flat = w_.params()[i].value.reshape({w_.params()[i].value.numel()});
-      all_gather_parts(flat, slots_[i]);
-    }
+  gather_weights();
+}
+
+void AdamW::gather_weights() {
+  if (group_ == nullptr || w_.weights_sharded()) return;
+  for (Parameter& p : w_.params()) {
+    Tensor flat = p.value.reshape({p.value.numel()});
+    all_gather_blocks(*group_, be_, flat);
+  }
 }
 
 void AdamW::load_state(const std::string& path, int64_t steps_taken) {

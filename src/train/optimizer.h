@@ -104,9 +104,9 @@ class AdamW {
   Tensor grad_part(const Parameter& p, const Slot& s) const;
   // The whole of one of a slot's tensors on the host, in the parameter's shape.
   Tensor gather(const Tensor& shard, const Slot& s, const Shape& shape) const;
-  // flat (a parameter's n elements, on the device or the host) holds this rank's part at
-  // [s.lo, s.hi); afterwards it holds every rank's part.
-  void all_gather_parts(Tensor& flat, const Slot& s) const;
+  // Unsharded weights of which each rank updated its part: gathered whole again on every rank
+  // (nothing without a shard group, or with ZeRO stage 3's sharded weights).
+  void gather_weights();
   // dst (host, float32) <- src (the backend's, any float dtype), converted on the device in chunks.
   void to_host(Tensor& dst, const Tensor& src);
   // The offloaded update of every slot, as a pipeline over chunks: chunk k + 1's gradient
