@@ -2,7 +2,7 @@
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16) and our own kernels, one after the other.
-//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--impl cudnn|own|both] [S ...]
+//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--impl cudnn|own|both] [S ...]
 //   default S: 8192 32768 131072; --ragged: cuDNN runs equal documents in the ragged form
 //   (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d, forward+backward
@@ -56,6 +56,8 @@ double median(std::vector<double> v) {
 struct Settings {
   int64_t doc_len = 0, d = 128;
   bool ragged = false;
+  int reps = 0;           // timed runs (0: 7, or 3 from 128K tokens)
+  bool autotune = false;  // cuDNN: time every plan of the heuristics on the first call, keep the fastest
 };
 
 void bench(int64_t S, const Settings& set, const std::string& impl) {
@@ -101,6 +103,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   if (cudnn) {
     ulysses::cuda::CudnnAttention::Options options;
     options.dense_batch = !set.ragged;
+    options.autotune = set.autotune;
     attn = std::make_unique<ulysses::cuda::CudnnAttention>(stream, options);
     std::string why;
     if (!attn->supports(p, false, &why) || !attn->supports(p, true, &why)) {
@@ -135,14 +138,18 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   fwd();  // warm-up (also gives bwd valid out/lse)
   bwd();
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  const int reps = S >= 131072 ? 3 : 7;
+  const int reps = set.reps > 0 ? set.reps : S >= 131072 ? 3 : 7;
   std::vector<double> tf, tfb;
   for (int r = 0; r < reps; ++r) tf.push_back(time_ms(fwd));
   for (int r = 0; r < reps; ++r) tfb.push_back(time_ms([&] { fwd(); bwd(); }));
   const double f_ms = median(tf), fb_ms = median(tfb);
   const double f_flops = 2.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
   const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
-  const std::string form = cudnn ? attn->form(p, true) : "own kernels";
+  std::string form = cudnn ? attn->form(p, true) : "own kernels";
+  if (cudnn && set.autotune)
+    form += ", plans fwd " + std::to_string(attn->chosen_plan(p, false)) + "/" +
+            std::to_string(attn->candidate_plans(p, false)) + " bwd " + std::to_string(attn->chosen_plan(p, true)) +
+            "/" + std::to_string(attn->candidate_plans(p, true));
   std::printf("%-6s %9lld %9lld %12.3f %10.1f %12.3f %10.1f  %s\n", impl.c_str(), (long long)S,
               (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, form.c_str());
   std::printf("{\"bench\":\"attention\",\"impl\":\"%s\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,"
@@ -167,6 +174,8 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--doc-len") == 0 && i + 1 < argc) set.doc_len = std::atoll(argv[++i]);
       else if (std::strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc) set.d = std::atoll(argv[++i]);
       else if (std::strcmp(argv[i], "--ragged") == 0) set.ragged = true;
+      else if (std::strcmp(argv[i], "--autotune") == 0) set.autotune = true;
+      else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) set.reps = std::atoi(argv[++i]);
       else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
       else sizes.push_back(std::atoll(argv[i]));
     }

@@ -17,9 +17,9 @@ fi
 rm -rf "$D"
 mkdir -p "$D/build/tests" "$D/libs"
 cp "$B/ulysses" "$D/build/"
-[ -f "$B/attention_bench" ] && cp "$B/attention_bench" "$D/build/"
+for b in "$B"/*_bench; do [ -f "$b" ] && cp "$b" "$D/build/"; done
 cp "$B"/tests/cuda_*_test "$D/build/tests/"
-strip --strip-debug "$D/build/ulysses" "$D"/build/tests/* "$D"/build/attention_bench 2>/dev/null || true
+strip --strip-debug "$D/build/ulysses" "$D"/build/tests/* "$D"/build/*_bench 2>/dev/null || true
 for l in libopenblas.so.0 libyaml-cpp.so.0.7 libgfortran.so.5 libquadmath.so.0; do
   cp -L "/usr/lib/x86_64-linux-gnu/$l" "$D/libs/"
 done

@@ -16,6 +16,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -100,6 +101,8 @@ struct Entry {
   std::string why;
   size_t cudnn_workspace = 0;
   size_t aux_bytes = 0;  // ragged offsets, sequence lengths and token-major stats after cuDNN's workspace
+  std::vector<int64_t> plans;  // with autotune: the built plans that fit the first choice's workspace
+  int64_t chosen = -1;         // the plan index in use once timed (autotune), else -1: the graph's own choice
 };
 
 // Byte offsets of the auxiliary arrays of a packed row in the workspace, after cuDNN's part.
@@ -255,12 +258,22 @@ struct CudnnAttention::Impl {
     };
     if (auto err = g->validate(); !err.is_good()) return fail("validate", err);
     if (auto err = g->build_operation_graph(handle); !err.is_good()) return fail("build_operation_graph", err);
-    if (auto err = g->create_execution_plans({fe::HeurMode_t::A}); !err.is_good())
-      return fail("create_execution_plans", err);
+    const std::vector<fe::HeurMode_t> modes =
+        options.autotune ? std::vector<fe::HeurMode_t>{fe::HeurMode_t::A, fe::HeurMode_t::B}
+                         : std::vector<fe::HeurMode_t>{fe::HeurMode_t::A};
+    if (auto err = g->create_execution_plans(modes); !err.is_good()) return fail("create_execution_plans", err);
     if (auto err = g->check_support(handle); !err.is_good()) return fail("check_support", err);
-    if (auto err = g->build_plans(handle); !err.is_good()) return fail("build_plans", err);
+    if (auto err = g->build_plans(handle, options.autotune ? fe::BuildPlanPolicy_t::ALL
+                                                           : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE);
+        !err.is_good())
+      return fail("build_plans", err);
     int64_t ws = 0;
     if (auto err = g->get_workspace_size(ws); !err.is_good()) return fail("get_workspace_size", err);
+    if (options.autotune)
+      for (int64_t i = 0; i < g->get_execution_plan_count(); ++i) {
+        int64_t wi = 0;
+        if (g->get_workspace_size_plan_at_index(i, wi).is_good() && wi <= ws) e.plans.push_back(i);
+      }
     e.graph = g;
     e.cudnn_workspace = static_cast<size_t>(ws);
     e.aux_bytes = AuxLayout(l, p, align256(e.cudnn_workspace), backward).end - align256(e.cudnn_workspace);
@@ -309,13 +322,49 @@ struct CudnnAttention::Impl {
     return a;
   }
 
-  void run(const Entry& e, std::unordered_map<int64_t, void*>& pack, const AttentionProblem& p, void* workspace,
+  // Times each candidate plan on this call's own buffers (every plan writes the same outputs, which
+  // the real call then overwrites) and keeps the fastest: one host wait per problem, on its first call.
+  void tune(Entry& e, std::unordered_map<int64_t, void*>& pack, void* workspace, const char* what) {
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    std::string times;
+    float best_ms = 0;
+    for (int64_t i : e.plans) {
+      if (!e.graph->execute_plan_at_index(handle, pack, workspace, i).is_good()) continue;  // warm-up
+      float total = 0;
+      bool ok = true;
+      for (int r = 0; r < 3 && ok; ++r) {
+        CUDA_CHECK(cudaEventRecord(t0, stream));
+        ok = e.graph->execute_plan_at_index(handle, pack, workspace, i).is_good();
+        CUDA_CHECK(cudaEventRecord(t1, stream));
+        CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        total += ms;
+      }
+      if (!ok) continue;
+      times += (times.empty() ? "" : ", ") + std::to_string(i) + ": " + std::to_string(total / 3) + " ms";
+      if (e.chosen < 0 || total / 3 < best_ms) {
+        e.chosen = i;
+        best_ms = total / 3;
+      }
+    }
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
+    ULY_CHECK(e.chosen >= 0, what << ": none of cuDNN's " << e.plans.size() << " plans ran");
+    ULY_INFO("cuDNN " << what << ": plan " << e.chosen << " of " << e.plans.size() << " timed (" << times << ")");
+  }
+
+  void run(Entry& e, std::unordered_map<int64_t, void*>& pack, const AttentionProblem& p, void* workspace,
            const char* what) {
     ULY_CHECK(e.graph, what << ": cuDNN has no engine for this problem (" << e.why << ")");
     float scale = static_cast<float>(p.scale);
     pack[kScale] = &scale;
     CUDNN_OK(cudnnSetStream(handle, stream));
-    fe::error_t err = e.graph->execute(handle, pack, workspace);
+    if (e.plans.size() > 1 && e.chosen < 0) tune(e, pack, workspace, what);
+    fe::error_t err = e.chosen >= 0 ? e.graph->execute_plan_at_index(handle, pack, workspace, e.chosen)
+                                    : e.graph->execute(handle, pack, workspace);
     ULY_CHECK(err.is_good(), what << ": cuDNN execute failed: " << err.get_message());
   }
 };
@@ -431,5 +480,13 @@ std::string CudnnAttention::describe(const AttentionProblem& p, bool backward) {
 }
 
 size_t CudnnAttention::cached_graphs() const { return impl_->cache.size(); }
+
+size_t CudnnAttention::candidate_plans(const AttentionProblem& p, bool backward) {
+  return std::max<size_t>(1, impl_->entry(p, backward).plans.size());
+}
+
+int64_t CudnnAttention::chosen_plan(const AttentionProblem& p, bool backward) {
+  return impl_->entry(p, backward).chosen;
+}
 
 }  // namespace ulysses::cuda

@@ -38,6 +38,11 @@ class CudnnAttention {
     // Packed rows of equal documents as a dense batch (no offsets, statistics in place): what a
     // batch of equal sequences costs, measurably faster than the ragged form (docs/benchmarks.md).
     bool dense_batch = true;
+    // Build every plan cuDNN's heuristics offer (modes A and B) and time them on a problem's first
+    // call, with its own buffers (each plan overwrites the same outputs), keeping the fastest; the
+    // plans considered need no more workspace than the heuristic's first choice, which is what
+    // workspace_bytes() reports. Off: the heuristic's first choice, no timing.
+    bool autotune = false;
   };
   // Throws an Error when the cuDNN library cannot be loaded or a handle not created.
   explicit CudnnAttention(cudaStream_t stream, Options options);
@@ -72,6 +77,10 @@ class CudnnAttention {
 
   // Graphs built so far (for tests and logs).
   size_t cached_graphs() const;
+  // The plans of a supported problem's graph among which autotune chooses (1 without it), and the
+  // one in use: -1 until its first call has timed them.
+  size_t candidate_plans(const AttentionProblem& p, bool backward);
+  int64_t chosen_plan(const AttentionProblem& p, bool backward);
 
  private:
   struct Impl;

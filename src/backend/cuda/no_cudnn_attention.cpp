@@ -47,5 +47,7 @@ std::string CudnnAttention::describe(const AttentionProblem&, bool) {
 }
 
 size_t CudnnAttention::cached_graphs() const { return 0; }
+size_t CudnnAttention::candidate_plans(const AttentionProblem&, bool) { return 0; }
+int64_t CudnnAttention::chosen_plan(const AttentionProblem&, bool) { return -1; }
 
 }  // namespace ulysses::cuda
