@@ -250,6 +250,10 @@ TEST(CpuBackend, RejectsBadArguments) {
   EXPECT_THROW(be->matmul(C, A, D({4, 5}), false, false), Error);
   EXPECT_THROW(be->add(C, A, B), Error);
   EXPECT_THROW(be->axpy(C, A, 1.0), Error);
+  EXPECT_NO_THROW(be->matmul_add(C, A, B, false, false, C));
+  EXPECT_THROW(be->matmul_add(C, A, B, false, false, F({5, 3})), Error);   // residual of another shape
+  EXPECT_THROW(be->matmul_add(C, A, B, false, false, D({3, 5})), Error);   // residual of another dtype
+  EXPECT_THROW(be->matmul_add(C_bad, A, B, false, false, C), Error);
 
   // The messages name the op and the shapes.
   try {
@@ -264,4 +268,16 @@ TEST(CpuBackend, RejectsBadArguments) {
 }
 
 }  // namespace
+TEST(CpuBackend, MatmulAddIsTheProductPlusTheResidual) {
+  auto be = make_cpu_backend();
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {1, 0, -1, 2, 0.5f, 1}, r = {10, 20, 30, 40};
+  Tensor A = host(a, {2, 3}), B = host(b, {3, 2}), R = host(r, {2, 2}), D = Tensor::empty({2, 2}, DType::F32);
+  be->matmul_add(D, A, B, false, false, R);
+  // A B = [[1*1 + 2*(-1) + 3*0.5, 0 + 4 + 3], [4 - 5 + 3, 0 + 10 + 6]] = [[0.5, 7], [2, 16]]
+  EXPECT_EQ(values<float>(D), (std::vector<float>{10.5f, 27, 32, 56}));
+  EXPECT_EQ(values<float>(R), r);  // the residual is read, not written
+  be->matmul_add(R, A, B, false, false, R);  // in place
+  EXPECT_EQ(values<float>(R), (std::vector<float>{10.5f, 27, 32, 56}));
+}
+
 }  // namespace ulysses

@@ -32,6 +32,12 @@ double Backend::sum_squares_all_impl(const std::vector<const Tensor*>& xs) {
   return s;
 }
 
+void Backend::matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b,
+                              const Tensor& R) {
+  if (D.raw() != R.raw()) copy(D, R);
+  matmul_impl(D, A, B, trans_a, trans_b, 1.0, 1.0);
+}
+
 void Backend::adamw_step_impl(Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&) {
   ULY_FAIL("backend '" << name() << "' does not implement adamw_step (needed for training)");
 }

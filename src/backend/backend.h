@@ -182,6 +182,10 @@ class Backend {
   // C = alpha * op(A) op(B) + beta * C on 2-D tensors (row-major); C in A's dtype or the accumulator dtype.
   void matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha = 1.0,
               double beta = 0.0);
+  // D = op(A) op(B) + R on 2-D tensors, D and R [M, N] in A's dtype (a residual branch's output
+  // added to its input): one rounding of the sum, and no separate add pass where the backend
+  // reads R in the product's epilogue. R may be D itself.
+  void matmul_add(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, const Tensor& R);
   void add(Tensor& y, const Tensor& a, const Tensor& b);
   // y += alpha x; y and x of one dtype, or one the other's accumulator dtype.
   void axpy(Tensor& y, const Tensor& x, double alpha);
@@ -242,6 +246,9 @@ class Backend {
                                                    const Tensor& targets, double grad_scale) = 0;
   virtual void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
                            double beta) = 0;
+  // By default R copied into D (unless they are one buffer), then matmul_impl with beta 1.
+  virtual void matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b,
+                               const Tensor& R);
   virtual void add_impl(Tensor& y, const Tensor& a, const Tensor& b) = 0;
   virtual void axpy_impl(Tensor& y, const Tensor& x, double alpha) = 0;
   virtual double sum_impl(const Tensor& x) = 0;

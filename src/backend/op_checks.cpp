@@ -381,6 +381,27 @@ void Backend::matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, 
   matmul_impl(C, A, B, trans_a, trans_b, alpha, beta);
 }
 
+void Backend::matmul_add(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, const Tensor& R) {
+  const OpCheck c(*this, "matmul_add");
+  const DType dt = c.data(A, "A");
+  c.same_dtype(B, A, "B", "A");
+  c.same_dtype(D, A, "D", "A");
+  c.same_dtype(R, A, "R", "A");
+  c.held(D, "D");
+  c.held(R, "R");
+  c.ndim(A, 2, "A", trans_a ? "[K, M] (trans_a)" : "[M, K]");
+  c.ndim(B, 2, "B", trans_b ? "[N, K] (trans_b)" : "[K, N]");
+  const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
+  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
+  ULY_CHECK(K == Kb, "matmul_add: inner dimensions differ: op(A) is [" << M << ", " << K << "] from A "
+                                                                       << A.describe() << ", op(B) is [" << Kb << ", "
+                                                                       << N << "] from B " << B.describe());
+  c.shape(D, {M, N}, "D");
+  c.shape(R, {M, N}, "R");
+  (void)dt;
+  matmul_add_impl(D, A, B, trans_a, trans_b, R);
+}
+
 void Backend::add(Tensor& y, const Tensor& a, const Tensor& b) {
   const OpCheck c(*this, "add");
   c.data(a, "a");

@@ -147,8 +147,7 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
   }
   prof.next("o-projection");
   a.x_mid = be_.empty({N, D}, t);
-  linear(a.x_mid, a.attn, *L.wo);
-  be_.add(a.x_mid, a.x_mid, x_in);
+  be_.matmul_add(a.x_mid, a.attn, L.wo->value, false, true, x_in);  // x_mid = x_in + attn Wo^T
   prof.end();
   mlp_forward(l, a.x_mid, a, x_out);
 }
@@ -264,8 +263,7 @@ void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tenso
     be_.swiglu_forward(h, gate, up);
     if (!recompute) {
       Tensor out = x_out.slice(b, e);
-      linear(out, h, *L.w_down);
-      be_.add(out, out, x_mid.slice(b, e));
+      be_.matmul_add(out, h, L.w_down->value, false, true, x_mid.slice(b, e));  // x_out = x_mid + h Wdown^T
     }
     if (!tiled) {
       a.gate = gate;

@@ -196,11 +196,35 @@ TEST_F(CudaBackendTest, MatmulAllTransposes) {
       }
   // Shape and dtype errors.
   Tensor a = gpu->empty({4, 5}, DType::BF16), b = gpu->empty({6, 3}, DType::BF16), cc = gpu->empty({4, 3}, DType::BF16);
+  Tensor rr = gpu->empty({4, 3}, DType::BF16), b53 = gpu->empty({5, 3}, DType::BF16);
+  EXPECT_THROW(gpu->matmul_add(cc, a, b, false, false, rr), Error);
+  EXPECT_THROW(gpu->matmul_add(cc, a, b53, false, false, gpu->empty({3, 4}, DType::BF16)), Error);
   EXPECT_THROW(gpu->matmul(cc, a, b, false, false), Error);
   Tensor b32 = gpu->empty({5, 3}, DType::F32);
   EXPECT_THROW(gpu->matmul(cc, a, b32, false, false), Error);
   Tensor sq = gpu->empty({4, 4}, DType::BF16);
   EXPECT_THROW(gpu->matmul(sq, sq, sq, false, false), Error);  // output overlapping an input
+}
+
+// D = op(A) op(B) + R with R read in cuBLASLt's epilogue: against the CPU's product plus R, with a
+// separate output and in place; R is left as it was.
+TEST_F(CudaBackendTest, MatmulAddAgainstCpu) {
+  const int64_t M = 48, N = 40, K = 72;
+  for (bool tb : {false, true})
+    for (DType t : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(testing::Message() << "trans_b=" << tb << " " << dtype_name(t));
+      Tensor A = host_random({M, K}, 41), B = host_random(tb ? Shape{N, K} : Shape{K, N}, 42),
+             R = host_random({M, N}, 43);
+      if (t == DType::BF16) A = bf16_rounded(A), B = bf16_rounded(B), R = bf16_rounded(R);
+      Tensor ref = R.clone();
+      cpu->matmul(ref, A, B, false, tb, 1.0, 1.0);
+      Tensor dA = dev(A, t), dB = dev(B, t), dR = dev(R, t), dD = poisoned({M, N}, t);
+      gpu->matmul_add(dD, dA, dB, false, tb, dR);
+      expect_close(dD, ref, t == DType::F32 ? 1e-5 : 2e-2, "D = AB + R");
+      expect_close(dR, R, 0.0, "R unchanged");
+      gpu->matmul_add(dR, dA, dB, false, tb, dR);
+      expect_close(dR, ref, t == DType::F32 ? 1e-5 : 2e-2, "R = AB + R in place");
+    }
 }
 
 TEST_F(CudaBackendTest, NormRopeSwigluAgainstCpu) {

@@ -408,6 +408,16 @@ void CudaBackend::matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool 
   gemm_->matmul(C.raw(), C.dtype(), A.raw(), B.raw(), A.dtype(), M, N, K, trans_a, trans_b, alpha, beta, stream_);
 }
 
+void CudaBackend::matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b,
+                                  const Tensor& R) {
+  const int64_t M = D.dim(0), N = D.dim(1), K = trans_a ? A.dim(0) : A.dim(1);
+  ULY_CHECK(!overlaps(D, A) && !overlaps(D, B), "matmul_add: D overlaps A or B in memory; use a separate output");
+  ULY_CHECK(R.raw() == D.raw() || !overlaps(D, R), "matmul_add: R partly overlaps D (it may be D itself)");
+  // cuBLASLt's epilogue reads R as the C of D = op(A) op(B) + 1 * C.
+  gemm_->matmul(D.raw(), D.dtype(), A.raw(), B.raw(), A.dtype(), M, N, K, trans_a, trans_b, 1.0, 1.0, stream_,
+                R.raw());
+}
+
 }  // namespace cuda
 
 bool cuda_backend_compiled_in() { return true; }

@@ -97,6 +97,8 @@ class CudaBackend : public Backend {
   void cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& losses, const Tensor& logits,
                                            const Tensor& targets, double grad_scale) override;
   // C must not overlap A or B (cuBLASLt).
+  void matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b,
+                       const Tensor& R) override;
   void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
                    double beta) override;
   void add_impl(Tensor& y, const Tensor& a, const Tensor& b) override;

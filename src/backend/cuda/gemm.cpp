@@ -2,6 +2,8 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/elementwise.h"
 #include "core/error.h"
@@ -121,7 +123,8 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const Key& key) {
 }
 
 void CublasLtGemm::matmul(void* C, DType c_type, const void* A, const void* B, DType ab_type, int64_t M, int64_t N,
-                          int64_t K, bool trans_a, bool trans_b, double alpha, double beta, cudaStream_t stream) {
+                          int64_t K, bool trans_a, bool trans_b, double alpha, double beta, cudaStream_t stream,
+                          const void* C_in) {
   ULY_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M=" << M << " N=" << N << " K=" << K);
   ULY_CHECK(ab_type == DType::F32 || ab_type == DType::BF16,
             "matmul: A and B must be float32 or bfloat16, got " << dtype_name(ab_type));
@@ -129,6 +132,12 @@ void CublasLtGemm::matmul(void* C, DType c_type, const void* A, const void* B, D
             "matmul: C must be float32, or bfloat16 with bfloat16 A/B; got C " << dtype_name(c_type) << " with A/B "
                                                                               << dtype_name(ab_type));
   if (M == 0 || N == 0) return;
+  if (C_in == nullptr) C_in = C;
+  if (K == 0 && C_in != C) {  // empty sum with a separate input: C = C_in, then beta C
+    CUDA_CHECK(cudaMemcpyAsync(C, C_in, static_cast<size_t>(M * N) * dtype_size(c_type), cudaMemcpyDeviceToDevice,
+                               stream));
+    C_in = C;
+  }
   if (K == 0) {  // empty sum: C = beta C
     if (beta == 0.0) {
       CUDA_CHECK(cudaMemsetAsync(C, 0, static_cast<size_t>(M * N) * dtype_size(c_type), stream));
@@ -138,12 +147,14 @@ void CublasLtGemm::matmul(void* C, DType c_type, const void* A, const void* B, D
     }
     return;
   }
-  const Key key{M, N, K, trans_a, trans_b, ab_type, c_type, alignment_of(A), alignment_of(B), alignment_of(C)};
+  // cuBLASLt reads C_in through C's layout: the plan holds for the less aligned of the two.
+  const Key key{M, N, K, trans_a, trans_b, ab_type, c_type, alignment_of(A), alignment_of(B),
+                std::min(alignment_of(C), alignment_of(C_in))};
   std::lock_guard<std::mutex> lock(mu_);
   Plan& plan = plan_for(key);
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha_f, B, plan.a, A, plan.b, &beta_f,
-                              C, plan.c, C, plan.c, &plan.algo, workspace_, workspace_bytes_, stream));
+                              C_in, plan.c, C, plan.c, &plan.algo, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace ulysses::cuda

@@ -28,8 +28,9 @@ class CublasLtGemm {
   // A: [M, K] row-major, or [K, M] when trans_a; B: [K, N], or [N, K] when trans_b; C: [M, N] (read when beta != 0).
   // ab_type: F32 or BF16 (A and B alike); c_type: F32, or BF16 when ab_type is BF16. fp32 inputs use full fp32
   // math (no TF32). C may not overlap A or B. Device pointers; enqueued on `stream`.
+  // C_in: where beta's C is read from when it is not the output C ([M, N], c_type; may be C itself); null: C.
   void matmul(void* C, DType c_type, const void* A, const void* B, DType ab_type, int64_t M, int64_t N, int64_t K,
-              bool trans_a, bool trans_b, double alpha, double beta, cudaStream_t stream);
+              bool trans_a, bool trans_b, double alpha, double beta, cudaStream_t stream, const void* C_in = nullptr);
 
   size_t cached_plans() const;
   size_t workspace_bytes() const { return workspace_bytes_; }
