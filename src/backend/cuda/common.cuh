@@ -48,6 +48,22 @@ __device__ __forceinline__ V block_sum(V v, V* scratch) {
   return warp_sum(r);
 }
 
+// R sums over the block at once (one pair of barriers for all): every thread gets the R results in v.
+// scratch: 32 * R elements of shared memory. Starts with a barrier, as block_sum.
+template <int R>
+__device__ __forceinline__ void block_sum_n(float (&v)[R], float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = warp_sum(v[r]);
+  __syncthreads();
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r) scratch[r * 32 + warp] = v[r];
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < nwarps ? scratch[r * 32 + lane] : 0.f);
+}
+
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_max(v);
@@ -90,6 +106,18 @@ inline bool aligned16(std::initializer_list<const void*> ptrs) {
 }
 
 constexpr int kThreads = 256;
+
+// Multiprocessors of the current device (looked up once per device).
+inline int sm_count() {
+  static thread_local int device = -1, count = 0;
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) return 132;
+  if (d != device) {
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || count <= 0) count = 132;
+    device = d;
+  }
+  return count;
+}
 
 // Blocks for a grid-stride loop over n elements (capped; the loop covers the rest).
 inline unsigned grid_for(int64_t n, int threads = kThreads) {

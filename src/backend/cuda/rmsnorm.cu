@@ -120,14 +120,16 @@ __global__ void rmsnorm_forward_vec_kernel(T* y, float* rstd, const T* x, const 
   }
 }
 
-// dx and dw in one pass over dy and x (the scalar kernels read them twice): a block takes
-// rows blockIdx.x, + gridDim.x, ..., keeps its columns' dw partial sums in registers and adds
-// them into dw once at the end. Each row is read whole before its dx is written, so dx may alias dy.
-template <class T, int C>
+// dx and dw in one pass over dy and x (the scalar kernels read them twice): a block takes R rows
+// at a time (blockIdx.x·R, then + gridDim.x·R, ...), all R rows' loads issued before the first is
+// reduced (so that fewer blocks still keep enough loads in flight),
+// keeps its columns' dw partial sums in registers and adds them into dw once at the end. Each row is
+// read whole before its dx is written, so dx may alias dy.
+template <class T, int C, int R>
 __global__ void rmsnorm_backward_vec_kernel(T* dx, float* dw, const T* dy, const T* x, const T* w,
                                             const float* rstd, int64_t N, int64_t D, bool accumulate) {
   constexpr int V = kVec<T>;
-  __shared__ float scratch[32];
+  __shared__ float scratch[32 * R];
   const int64_t nvec = D / V;
   float wv[C][V], acc[C][V];
   const auto* wr = reinterpret_cast<const Pack<T>*>(w);
@@ -139,40 +141,51 @@ __global__ void rmsnorm_backward_vec_kernel(T* dx, float* dw, const T* dy, const
 #pragma unroll
     for (int k = 0; k < V; ++k) wv[c][k] = to_f(wp.v[k]), acc[c][k] = 0.f;
   }
-  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
-    const auto* dyr = reinterpret_cast<const Pack<T>*>(dy + row * D);
-    const auto* xr = reinterpret_cast<const Pack<T>*>(x + row * D);
-    float g[C][V], xv[C][V];
-    float dot = 0.f;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * R; row0 < N; row0 += static_cast<int64_t>(gridDim.x) * R) {
+    Pack<T> gp[R][C], xp[R][C], prev[R][C];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
-      Pack<T> gp{}, xp{};
-      if (i < nvec) gp = dyr[i], xp = xr[i];
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        g[c][k] = to_f(gp.v[k]);
-        xv[c][k] = to_f(xp.v[k]);
-        dot += wv[c][k] * g[c][k] * xv[c][k];
-      }
-    }
-    dot = detail::block_sum(dot, scratch);
-    const float r = rstd[row];
-    const float coef = dot * r * r / static_cast<float>(D);
-    auto* dxr = reinterpret_cast<Pack<T>*>(dx + row * D);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
-      if (i < nvec) {
-        Pack<T> out{};
-        if (accumulate) out = dxr[i];
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float grad = r * (wv[c][k] * g[c][k] - xv[c][k] * coef);
-          out.v[k] = from_f<T>(accumulate ? to_f(out.v[k]) + grad : grad);
-          acc[c][k] += g[c][k] * xv[c][k] * r;
+      for (int c = 0; c < C; ++c) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x, row = row0 + r;
+        gp[r][c] = Pack<T>{}, xp[r][c] = Pack<T>{}, prev[r][c] = Pack<T>{};
+        if (i < nvec && row < N) {
+          gp[r][c] = reinterpret_cast<const Pack<T>*>(dy + row * D)[i];
+          xp[r][c] = reinterpret_cast<const Pack<T>*>(x + row * D)[i];
+          if (accumulate) prev[r][c] = reinterpret_cast<const Pack<T>*>(dx + row * D)[i];
         }
-        dxr[i] = out;
+      }
+    float dot[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      dot[r] = 0.f;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < V; ++k) dot[r] += wv[c][k] * to_f(gp[r][c].v[k]) * to_f(xp[r][c].v[k]);
+    }
+    detail::block_sum_n<R>(dot, scratch);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = row0 + r;
+      if (row >= N) break;
+      const float rs = rstd[row];
+      const float coef = dot[r] * rs * rs / static_cast<float>(D);
+      auto* dxr = reinterpret_cast<Pack<T>*>(dx + row * D);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+        if (i < nvec) {
+          Pack<T> out;
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float g = to_f(gp[r][c].v[k]), xv = to_f(xp[r][c].v[k]);
+            const float grad = rs * (wv[c][k] * g - xv * coef);
+            out.v[k] = from_f<T>(accumulate ? to_f(prev[r][c].v[k]) + grad : grad);
+            acc[c][k] += g * xv * rs;
+          }
+          dxr[i] = out;
+        }
       }
     }
   }
@@ -248,11 +261,15 @@ void rmsnorm_backward(T* dx, float* dw, const T* dy, const T* x, const T* w, con
   if (N == 0) return;
   const VecShape vs = vec_shape<T>(D, {dx, dy, x, w});
   if (vs.per_thread > 0) {
-    // Enough blocks to fill the GPU several times over; each adds its dw partials once.
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(N, 1024));
+    // Two blocks per multiprocessor, each with two rows in flight when a row is one vector per
+    // thread: every block adds its dw partials with one atomic per column at the end, and with one
+    // block per 16 rows those same-address atomics took a third of the kernel's time (H200, 16K x
+    // 2048: 0.156 ms with 1024 blocks of one row, 0.117 ms like this; docs/benchmarks.md).
     with_per_thread(vs.per_thread, [&]<int C>() {
-      rmsnorm_backward_vec_kernel<T, C><<<blocks, vs.threads, 0, stream>>>(dx, dw, dy, x, w, rstd, N, D,
-                                                                          accumulate_dx);
+      constexpr int R = C == 1 ? 2 : 1;
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((N + R - 1) / R, 2 * detail::sm_count()));
+      rmsnorm_backward_vec_kernel<T, C, R><<<blocks, vs.threads, 0, stream>>>(dx, dw, dy, x, w, rstd, N, D,
+                                                                             accumulate_dx);
     });
     CUDA_CHECK_LAUNCH("rmsnorm_backward_vec_kernel");
     return;
