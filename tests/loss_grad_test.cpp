@@ -3,6 +3,9 @@
 // per-layer hook of the backward.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 #include "fixture_check.h"
 #include "io/model_folder.h"
 #include "test_util.h"
@@ -56,6 +59,49 @@ TEST(LossGrad, LayerGradsDoneHookSeesFinalGradients) {
       EXPECT_GT(backend->sum_squares(at_hook[i][j]), 0.0) << params[j]->name << " had no gradient at its hook";
     }
   }
+}
+
+// zero_grads defers the zeroing of whole float32 gradients: the backward's first contribution to
+// each overwrites whatever its buffer holds (here NaN), a later one adds; settle_grads zeroes what
+// no backward reached.
+TEST(LossGrad, DeferredZeroGradsOverwriteTheBuffers) {
+  const std::string dir = fixtures_dir() + "/gqa";
+  ModelFolder folder = ModelFolder::open(dir + "/model");
+  const ModelConfig& c = folder.config();
+  TokenBatch batch = load_batch_file(dir + "/batch.safetensors", c.vocab_size);
+  auto backend = make_cpu_backend();
+  auto self = make_self_communicator();
+  LlamaWeights weights(c);
+  weights.load(folder, *backend);
+  LlamaModel model(weights, *backend, *self);
+  const SequenceShard shard = shard_sequence(batch, 0, *self);
+  auto poison = [&] {
+    for (Parameter& p : weights.params()) {
+      std::vector<float> nan(static_cast<size_t>(p.grad.numel()), std::numeric_limits<float>::quiet_NaN());
+      backend->copy(p.grad, Tensor::borrow(nan.data(), p.grad.shape(), DType::F32));
+    }
+  };
+  auto snapshot = [&] {
+    std::vector<Tensor> out;
+    for (Parameter& p : weights.params()) out.push_back(p.grad.clone());
+    return out;
+  };
+  weights.zero_grads(*backend);
+  poison();
+  model.forward_backward(shard, 1.0);
+  const std::vector<Tensor> once = snapshot();
+  model.forward_backward(shard, 1.0);  // no zero_grads: added
+  for (size_t i = 0; i < once.size(); ++i) {
+    const Parameter& p = weights.params()[i];
+    EXPECT_GT(backend->sum_squares(once[i]), 0.0) << p.name;
+    Tensor twice = once[i].clone();
+    backend->axpy(twice, once[i], 1.0);
+    EXPECT_LE(rel_error(p.grad, twice), 1e-6) << p.name << ": a second backward did not add to the first";
+  }
+  weights.zero_grads(*backend);
+  poison();
+  weights.settle_grads(*backend);
+  for (Parameter& p : weights.params()) EXPECT_EQ(backend->sum_squares(p.grad), 0.0) << p.name;
 }
 
 }  // namespace

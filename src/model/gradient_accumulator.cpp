@@ -22,7 +22,10 @@ int64_t GradientAccumulator::span_of(const Parameter& p) const {
 void GradientAccumulator::open(std::span<Parameter* const> group) {
   open_.clear();
   scratch_ = Tensor{};
-  if (!uses_scratch_) return;
+  if (!uses_scratch_) {
+    for (Parameter* p : group) open_.push_back(Open{p, p->grad, p->grad});
+    return;
+  }
   int64_t total = 0;
   for (Parameter* p : group) total += span_of(*p);
   // The group before last's reduce-scatters ran during the last group's backward: their sums go
@@ -44,14 +47,38 @@ void GradientAccumulator::open(std::span<Parameter* const> group) {
 }
 
 Tensor& GradientAccumulator::target(Parameter& p) {
-  if (!uses_scratch_) return p.grad;
+  if (!uses_scratch_) {
+    if (p.grad_unset) {
+      be_.zero(p.grad);
+      p.grad_unset = false;
+    }
+    return p.grad;
+  }
   for (Open& o : open_)
     if (o.p == &p) return o.view;
   ULY_FAIL("gradient of " << p.name << " added outside its group (no open group holds it)");
 }
 
+Tensor& GradientAccumulator::first_write(Parameter& p, double& beta) {
+  beta = !uses_scratch_ && p.grad_unset ? 0.0 : 1.0;
+  if (beta == 0.0) {
+    p.grad_unset = false;
+    return p.grad;
+  }
+  return target(p);
+}
+
 void GradientAccumulator::close() {
   const ParameterSharding& sh = w_.sharding();
+  if (!uses_scratch_) {
+    for (Open& o : open_)
+      if (o.p->grad_unset) {
+        be_.zero(o.p->grad);
+        o.p->grad_unset = false;
+      }
+    open_.clear();
+    return;
+  }
   if (!w_.grads_sharded()) {
     for (Open& o : open_) be_.axpy(o.p->grad, o.view, 1.0);
     open_.clear();

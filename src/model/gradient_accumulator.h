@@ -33,8 +33,13 @@ class GradientAccumulator {
   void open(std::span<Parameter* const> group);
   void open(std::initializer_list<Parameter*> group) { open(std::span<Parameter* const>(group.begin(), group.size())); }
   // The tensor p's gradient is added into (float32, p's shape): p.grad, or p's part of the scratch.
+  // An unset gradient (zero_grads deferred) is zeroed first.
   Tensor& target(Parameter& p);
-  // Hands the open group's scratch on (above). Nothing with whole float32 buffers.
+  // The same tensor for a contribution that can overwrite instead of add (a GEMM's beta): beta = 0
+  // when it is p's first this step (its gradient was unset), else 1.
+  Tensor& first_write(Parameter& p, double& beta);
+  // Hands the open group's scratch on (above). With whole float32 buffers, zeroes the group's
+  // gradients that no contribution reached (e.g. after an empty backward).
   void close();
   // Sharded: waits for every reduce-scatter in flight and adds its block into the shards, so
   // that the gradient buffers are complete. The model calls it at the end of each backward.

@@ -104,7 +104,9 @@ void LlamaModel::linear(Tensor& y, const Tensor& x, const Parameter& w) { be_.ma
 // dx (=|+=) dy W; dW += dy^T x.
 void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx) {
   be_.matmul(dx, dy, w.value, false, false, 1.0, accumulate_dx ? 1.0 : 0.0);
-  be_.matmul(grads_.target(w), dy, x, true, false, 1.0, 1.0);
+  double beta = 1.0;
+  Tensor& dw = grads_.first_write(w, beta);  // beta 0: the step's first contribution, nothing to add to
+  be_.matmul(dw, dy, x, true, false, 1.0, beta);
 }
 
 // x_out undefined: the recompute before a backward, which needs the layer's activations
@@ -544,6 +546,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   be_.embedding_backward(grads_.target(w_.embed()), dx, ids);
   grads_.close();
   grads_.flush();
+  w_.settle_grads(be_);
   params_.drop_unused();
   positions_ = Tensor{};
   docs_ = Documents{};

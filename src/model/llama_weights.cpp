@@ -128,7 +128,19 @@ void LlamaWeights::allocate(Backend& backend) {
 }
 
 void LlamaWeights::zero_grads(Backend& backend) {
-  for (auto& p : params_) backend.zero(p.grad);
+  const bool defer = grad_dtype_ == DType::F32 && !grads_sharded();
+  for (auto& p : params_) {
+    if (defer) p.grad_unset = true;
+    else backend.zero(p.grad);
+  }
+}
+
+void LlamaWeights::settle_grads(Backend& backend) {
+  for (auto& p : params_)
+    if (p.grad_unset) {
+      backend.zero(p.grad);
+      p.grad_unset = false;
+    }
 }
 
 void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {

@@ -49,6 +49,11 @@ struct Parameter {
                  // (shard_range's block; past the parameter's end zero), so that it can be all-gathered as it is
   Tensor grad;   // on the backend's device: float32, or bfloat16 (LlamaWeights' grad_dtype); with
                  // gradient sharding, this rank's elements only (flat, LlamaWeights::grad_range)
+  // zero_grads deferred (whole float32 gradients): `grad` holds no value yet. Its first contribution
+  // overwrites it (a weight gradient's GEMM with beta 0, GradientAccumulator::first_write) instead of a
+  // zeroing pass and an accumulate; anything else zeroes it first (GradientAccumulator::target,
+  // LlamaWeights::settle_grads).
+  bool grad_unset = false;
 };
 
 class LlamaWeights {
@@ -80,7 +85,11 @@ class LlamaWeights {
   void load(const ModelFolder& folder, Backend& backend);
   // Allocates and fills with a deterministic random init (uniform, std 0.02; norms 1).
   void init_random(Backend& backend, uint64_t seed);
+  // Whole float32 gradients are only marked unset (Parameter::grad_unset): the backward's first
+  // contribution to each overwrites it. Others (bfloat16, sharded) are zeroed here.
   void zero_grads(Backend& backend);
+  // Zeroes every gradient still unset: before gradients are read other than by a backward.
+  void settle_grads(Backend& backend);
   // Values and gradients allocated (values uninitialised), gradients zeroed; with weight
   // sharding the shards instead of the values (zeroed: their padding is gathered too).
   void allocate(Backend& backend);

@@ -148,6 +148,7 @@ void AdamW::load_master(const ModelFolder& folder) {
 
 AdamW::StepInfo AdamW::step() {
   ProfileScope prof(be_, "optimizer");
+  w_.settle_grads(be_);  // a step with no backward since zero_grads reads zeros
   StepInfo info;
   // Whole gradients are the same on every rank: their norm needs no communication; sharded ones
   // (ZeRO stage 2) sum their squares over the group.

@@ -121,6 +121,7 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
     local_sum += model.forward_backward(shards[i], grad_scale,
                                         last ? reduction.layer_hook() : std::function<void(int64_t)>());
   }
+  weights.settle_grads(backend);  // a rank with no rows of the batch contributes zeros
   backend.synchronize();
   finish_loss(local_sum, mesh, r);
   reduction.finish();
