@@ -107,6 +107,44 @@ TEST_F(CudaGemm, PlanCacheReusesPlans) {
   EXPECT_EQ(gemm.cached_plans(), 2u);
 }
 
+// A plan's first call times its candidates; the outputs must be what one call gives: a C that is
+// accumulated into (beta 1, timed into a temporary output) holds C0 + AB after one call and
+// C0 + 2 AB after two, with tuning and without; a separate C_in is read, never written.
+TEST_F(CudaGemm, TuningKeepsOutputsExact) {
+  const int64_t M = 1024, N = 512, K = 2048;
+  const auto A = rounded<bf16>(random_vector_f(K * M, 11)), B = rounded<bf16>(random_vector_f(K * N, 12));
+  const auto C0 = random_vector_f(M * N, 13);
+  DeviceBuffer<bf16> dA(K * M), dB(K * N);
+  upload(dA, A);
+  upload(dB, B);
+  std::vector<float> ab(M * N, 0.0f);
+  cpu::matmul(ab.data(), A.data(), B.data(), M, N, K, true, false, 1.0, 0.0);
+  for (bool tune : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "tune=" << tune);
+    cuda::CublasLtGemm gemm(cuda::device_allocator(0), size_t{32} << 20, tune);
+    DeviceBuffer<float> dC(M * N);
+    upload(dC, C0);
+    for (int calls = 1; calls <= 2; ++calls) {  // dW += dy^T x, twice
+      gemm.matmul(dC.get(), DType::F32, dA.get(), dB.get(), DType::BF16, M, N, K, true, false, 1.0, 1.0, stream);
+      sync();
+      std::vector<float> ref(M * N);
+      for (int64_t i = 0; i < M * N; ++i) ref[i] = C0[i] + static_cast<float>(calls) * ab[i];
+      EXPECT_CLOSE(download(dC), ref, 1e-5);
+    }
+    DeviceBuffer<float> dIn(M * N), dOut(M * N);
+    upload(dIn, C0);
+    dOut.poison();
+    gemm.matmul(dOut.get(), DType::F32, dA.get(), dB.get(), DType::BF16, M, N, K, true, false, 1.0, 1.0, stream,
+                dIn.get());
+    sync();
+    std::vector<float> ref(M * N);
+    for (int64_t i = 0; i < M * N; ++i) ref[i] = C0[i] + ab[i];
+    EXPECT_CLOSE(download(dOut), ref, 1e-5);
+    EXPECT_CLOSE(download(dIn), C0, 0.0);
+    if (!tune) EXPECT_EQ(gemm.retuned_plans(), 0u);
+  }
+}
+
 TEST_F(CudaGemm, RejectsUnsupportedTypes) {
   cuda::CublasLtGemm gemm(cuda::device_allocator(0));
   DeviceBuffer<float> a(16), b(16);

@@ -3,10 +3,14 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/elementwise.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace ulysses::cuda {
 namespace {
@@ -30,10 +34,20 @@ uint32_t alignment_of(const void* p) {
 
 }  // namespace
 
+// Candidates timed on a plan's first call, and the margin another must win by over the heuristic's
+// first (run-to-run noise of a few percent would otherwise flip choices between runs).
+constexpr int kCandidates = 8;
+constexpr double kTuneMargin = 0.03;
+// A call whose C must survive is timed into a temporary output; above this size it is not tuned.
+constexpr size_t kMaxTuneScratch = size_t{256} << 20;
+
 struct CublasLtGemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's order; algo is one of them
+  bool tuned = false;
+  bool retuned = false;  // tuning chose another than candidates[0]
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -42,8 +56,9 @@ struct CublasLtGemm::Plan {
   }
 };
 
-CublasLtGemm::CublasLtGemm(Allocator& alloc, size_t workspace_bytes)
-    : alloc_(alloc), workspace_bytes_(workspace_bytes) {
+CublasLtGemm::CublasLtGemm(Allocator& alloc, size_t workspace_bytes, bool tune)
+    : alloc_(alloc), tune_(tune), workspace_bytes_(workspace_bytes) {
+  if (const char* e = std::getenv("ULYSSES_GEMM_TUNING")) tune_ = tune_ && std::string(e) != "0";
   ULY_CHECK(alloc.device() == Device::CUDA, "CublasLtGemm: the workspace allocator must be a device allocator");
   cublasLtHandle_t h = nullptr;
   CUBLAS_CHECK(cublasLtCreate(&h));
@@ -65,6 +80,13 @@ CublasLtGemm::~CublasLtGemm() {
 size_t CublasLtGemm::cached_plans() const {
   std::lock_guard<std::mutex> lock(mu_);
   return plans_.size();
+}
+
+size_t CublasLtGemm::retuned_plans() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, plan] : plans_) n += plan->retuned ? 1 : 0;
+  return n;
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
@@ -106,17 +128,22 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const Key& key) {
                                                     sizeof(align_c)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                     sizeof(align_c)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a, plan->b, plan->c,
-                                     plan->c, pref, 1, &result, &returned);
+                                     plan->c, pref, tune_ ? kCandidates : 1, results, &returned);
   ULY_CHECK(st == CUBLAS_STATUS_SUCCESS && returned > 0,
             "matmul: cuBLASLt has no algorithm for M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a
                 << " trans_b=" << trans_b << " A/B " << dtype_name(ab_type) << " C " << dtype_name(c_type)
                 << " alignments A/B/C " << align_a << "/" << align_b << "/" << align_c << " bytes ("
                 << cublasLtGetStatusString(st) << ", " << returned << " results)");
-  plan->algo = result.algo;
+  for (int i = 0; i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i].algo);
+  ULY_CHECK(!plan->candidates.empty(), "matmul: cuBLASLt returned no usable algorithm for M=" << M << " N=" << N
+                                                                                              << " K=" << K);
+  plan->algo = plan->candidates.front();
+  plan->tuned = plan->candidates.size() < 2;
   auto& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;
@@ -153,8 +180,65 @@ void CublasLtGemm::matmul(void* C, DType c_type, const void* A, const void* B, D
   std::lock_guard<std::mutex> lock(mu_);
   Plan& plan = plan_for(key);
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  if (!plan.tuned) tune(plan, key, C, C_in, A, B, alpha_f, beta_f, stream);
   CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha_f, B, plan.a, A, plan.b, &beta_f,
                               C_in, plan.c, C, plan.c, &plan.algo, workspace_, workspace_bytes_, stream));
+}
+
+void CublasLtGemm::tune(Plan& plan, const Key& key, void* C, const void* C_in, const void* A, const void* B,
+                        float alpha, float beta, cudaStream_t stream) {
+  plan.tuned = true;
+  const auto [M, N, K, trans_a, trans_b, ab_type, c_type, align_a, align_b, align_c] = key;
+  // The real output may take the candidates' results when the call overwrites it anyway.
+  void* out = C;
+  void* scratch = nullptr;
+  if (beta != 0.0f && C_in == C) {
+    const size_t bytes = static_cast<size_t>(M * N) * dtype_size(c_type);
+    if (bytes > kMaxTuneScratch || cudaMalloc(&scratch, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return;  // not tuned: the heuristic's first choice
+    }
+    out = scratch;
+  }
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  std::vector<float> ms(plan.candidates.size(), -1.0f);
+  const auto handle = static_cast<cublasLtHandle_t>(handle_);
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const cublasLtMatmulAlgo_t* algo = &plan.candidates[i];
+    auto run = [&] {
+      return cublasLtMatmul(handle, plan.op, &alpha, B, plan.a, A, plan.b, &beta, C_in, plan.c, out, plan.c, algo,
+                            workspace_, workspace_bytes_, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that fails is skipped
+    float best = -1.0f;
+    for (int r = 0; r < 3; ++r) {
+      CUDA_CHECK(cudaEventRecord(t0, stream));
+      const cublasStatus_t st = run();
+      CUDA_CHECK(cudaEventRecord(t1, stream));
+      CUDA_CHECK(cudaEventSynchronize(t1));
+      float e = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&e, t0, t1));
+      if (st == CUBLAS_STATUS_SUCCESS && (best < 0 || e < best)) best = e;
+    }
+    ms[i] = best;
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  if (scratch != nullptr) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaFree(scratch);
+  }
+  size_t pick = 0;
+  for (size_t i = 1; i < ms.size(); ++i)
+    if (ms[i] > 0 && (ms[pick] <= 0 || ms[i] < ms[pick])) pick = i;
+  if (pick != 0 && ms[0] > 0 && ms[pick] > ms[0] * (1.0 - kTuneMargin)) pick = 0;
+  plan.algo = plan.candidates[pick];
+  plan.retuned = pick != 0;
+  ULY_DEBUG("cuBLASLt M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a << " trans_b=" << trans_b
+                          << ": candidate " << pick << " of " << ms.size() << " (" << ms[pick] << " ms; first "
+                          << ms[0] << " ms)");
 }
 
 }  // namespace ulysses::cuda

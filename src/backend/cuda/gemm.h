@@ -1,7 +1,11 @@
 // Row-major GEMM through cuBLASLt: C[M, N] = alpha op(A) op(B) + beta C, fp32
 // compute. One object owns the cuBLASLt handle, a workspace, and a cache of
-// plans (descriptors + the heuristic's algorithm) per shape/transpose/dtype/
-// pointer alignment, so the heuristic runs once per distinct call.
+// plans (descriptors + an algorithm) per shape/transpose/dtype/pointer alignment,
+// so the heuristic runs once per distinct call. With tuning (the default), a plan's
+// first call also times the heuristic's first few candidates on that call's own
+// operands and keeps the fastest when it beats the first by more than the timing's
+// noise: the heuristic's first choice ran up to 15% slower than another candidate
+// on some of a Llama step's shapes (bench/device/gemm_bench.cu, docs/benchmarks.md).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -20,7 +24,9 @@ namespace ulysses::cuda {
 class CublasLtGemm {
  public:
   // The workspace (default 32 MiB) comes from `alloc` (a device allocator) and is held for the object's life.
-  explicit CublasLtGemm(Allocator& alloc, size_t workspace_bytes = size_t{32} << 20);
+  // tune: time the candidates on a plan's first call (see above); the environment's ULYSSES_GEMM_TUNING=0
+  // turns it off for every object.
+  explicit CublasLtGemm(Allocator& alloc, size_t workspace_bytes = size_t{32} << 20, bool tune = true);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -34,13 +40,20 @@ class CublasLtGemm {
 
   size_t cached_plans() const;
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // Plans whose first call chose another candidate than the heuristic's first (for tests and logs).
+  size_t retuned_plans() const;
 
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, uint32_t, uint32_t, uint32_t>;
   Plan& plan_for(const Key& key);
+  // Times the plan's candidates on this call's operands (output to C when the call overwrites it or
+  // reads its C from C_in, else to a temporary buffer) and keeps the fastest.
+  void tune(Plan& plan, const Key& key, void* C, const void* C_in, const void* A, const void* B, float alpha,
+            float beta, cudaStream_t stream);
 
   Allocator& alloc_;
+  bool tune_;
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
