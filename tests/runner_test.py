@@ -46,9 +46,11 @@ CASES = {
          "metrics": [{"json_line": "BENCH_JSON "}]},
         {"name": "after", "tags": ["t1"], "timeout": 30, "env": {"WHERE": "{work}/x"},
          "command": py("import os; print('nvls=' + os.environ['NCCL_NVLS_ENABLE']); print('where=' + os.environ['WHERE']); "
-                       "print('{\"S\": 8, \"tf\": 1.5}'); print('{\"S\": 16, \"tf\": 2.5}')"),
+                       "print('{\"S\": 8, \"tf\": 1.5}'); print('{\"S\": 16, \"tf\": 2.5}'); "
+                       "print('COMM_JSON {\"op\": \"ag\", \"bytes\": 4, \"bw\": 9}')"),
          "expect_output": "^where=/tmp/.*/x$",
-         "metrics": [{"regex": {"nvls": "^nvls=(\\d+)"}}, {"json_lines": "{", "key": "S"}],
+         "metrics": [{"regex": {"nvls": "^nvls=(\\d+)"}}, {"json_lines": "{", "key": "S"},
+                     {"json_lines": "COMM_JSON ", "key": ["op", "bytes"]}],
          "checks": ["nvls == 0", "tf_S16 / tf_S8 > 1.6"]},
         {"name": "refused", "tags": ["t1"], "timeout": 30, "expect_exit": "nonzero", "expect_output": "error: too big",
          "command": py("import sys; print('error: too big'); sys.exit(1)")},
@@ -104,7 +106,8 @@ def test_full_run(tmp):
     assert any("0.5 vs 1.2" in x for x in res["ratio_fail"]["problems"]), res["ratio_fail"]
     assert res["crash"]["exit"] == 3 and "boom" in res["crash"]["tail"], res["crash"]
     assert secs < 30 and res["slow"]["seconds"] < 10, (secs, res["slow"])
-    assert res["after"]["metrics"] == {"nvls": 0.0, "S_S8": 8.0, "tf_S8": 1.5, "S_S16": 16.0, "tf_S16": 2.5}
+    assert res["after"]["metrics"] == {"nvls": 0.0, "S_S8": 8.0, "tf_S8": 1.5, "S_S16": 16.0, "tf_S16": 2.5,
+                                       "bytes_opag_bytes4": 4.0, "bw_opag_bytes4": 9.0}, res["after"]["metrics"]
     assert any("regressed" in x for x in res["regress"]["problems"]), res["regress"]
     # The verdicts stream in order; the summary table comes last.
     lines = p.stdout.strip().splitlines()

@@ -20,6 +20,7 @@ A case (see cases.json for real ones):
   metrics: sources of numbers, any of
     {"json_line": "BENCH_JSON "}                 the JSON after that prefix on a line of the output
     {"json_lines": "{", "key": "S"}              every such line; field f of the line with S=8192 -> f_S8192
+    {"json_lines": "COMM_JSON ", "key": ["op", "bytes"]}   prefix dropped; f of op=x, bytes=8 -> f_opx_bytes8
     {"json_file": "{work}/x.json"}               a JSON object the command wrote
     {"regex": {"name": "pattern (group 1)"}}     a number from the output
   bounds: {"metric": {"min": a, "max": b}}
@@ -237,9 +238,14 @@ def extract_metrics(case, output, values):
             else:
                 problems.append(f"no line starting {src['json_line']!r}")
         elif "json_lines" in src:
-            found = [json.loads(ln) for ln in output.splitlines() if ln.startswith(src["json_lines"])]
+            # The prefix is dropped, except a "{" that starts the object itself.
+            p = src["json_lines"]
+            found = [json.loads(ln[len(p) - 1:] if p.endswith("{") else ln[len(p):])
+                     for ln in output.splitlines() if ln.startswith(p)]
+            keys = src.get("key", [])
+            keys = [keys] if isinstance(keys, str) else keys
             for obj in found:
-                metrics.update(flatten(obj, f"_{src['key']}{obj[src['key']]}" if src.get("key") else ""))
+                metrics.update(flatten(obj, "".join(f"_{k}{obj[k]}" for k in keys)))
             if not found:
                 problems.append(f"no line starting {src['json_lines']!r}")
         elif "json_file" in src:
