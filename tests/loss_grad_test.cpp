@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "fixture_check.h"
@@ -12,6 +13,21 @@
 
 namespace ulysses::test {
 namespace {
+
+// The gqa fixture's model loaded on the CPU, and its batch.
+struct GqaModel {
+  ModelFolder folder = ModelFolder::open(fixtures_dir() + "/gqa/model");
+  const ModelConfig& c = folder.config();
+  TokenBatch batch = load_batch_file(fixtures_dir() + "/gqa/batch.safetensors", c.vocab_size);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Communicator> self = make_self_communicator();
+  LlamaWeights weights{c};
+  std::unique_ptr<LlamaModel> model;
+  GqaModel() {
+    weights.load(folder, *backend);
+    model = std::make_unique<LlamaModel>(weights, *backend, *self);
+  }
+};
 
 TEST(LossGrad, FixturesExist) { EXPECT_GE(fixture_cases().size(), 5u) << "fixtures/ lost its cases"; }
 
@@ -29,18 +45,13 @@ TEST(LossGrad, MatchesHuggingFaceFloat64) {
 // The hook that lets the step reduce a layer's gradients during the backward runs once per
 // layer, in reverse order, when the layer's gradients are final: nothing later changes them.
 TEST(LossGrad, LayerGradsDoneHookSeesFinalGradients) {
-  const std::string dir = fixtures_dir() + "/gqa";
-  ModelFolder folder = ModelFolder::open(dir + "/model");
-  const ModelConfig& c = folder.config();
-  TokenBatch batch = load_batch_file(dir + "/batch.safetensors", c.vocab_size);
-  auto backend = make_cpu_backend();
-  auto self = make_self_communicator();
-  LlamaWeights weights(c);
-  weights.load(folder, *backend);
-  LlamaModel model(weights, *backend, *self);
+  GqaModel f;
+  LlamaWeights& weights = f.weights;
+  Backend* backend = f.backend.get();
+  LlamaModel& model = *f.model;
   std::vector<int64_t> order;
   std::vector<std::vector<Tensor>> at_hook;
-  model.forward_backward(shard_sequence(batch, 0, *self), 1.0, [&](int64_t l) {
+  model.forward_backward(shard_sequence(f.batch, 0, *f.self), 1.0, [&](int64_t l) {
     order.push_back(l);
     std::vector<Tensor> copies;
     for (Parameter* p : weights.layer(l).all()) {
@@ -49,10 +60,10 @@ TEST(LossGrad, LayerGradsDoneHookSeesFinalGradients) {
     }
     at_hook.push_back(std::move(copies));
   });
-  ASSERT_EQ(static_cast<int64_t>(order.size()), c.num_hidden_layers);
+  ASSERT_EQ(static_cast<int64_t>(order.size()), f.c.num_hidden_layers);
   for (size_t i = 0; i < order.size(); ++i) {
     const int64_t l = order[i];
-    EXPECT_EQ(l, c.num_hidden_layers - 1 - static_cast<int64_t>(i));
+    EXPECT_EQ(l, f.c.num_hidden_layers - 1 - static_cast<int64_t>(i));
     const auto params = weights.layer(l).all();
     for (size_t j = 0; j < params.size(); ++j) {
       EXPECT_EQ(rel_error(at_hook[i][j], params[j]->grad), 0.0) << params[j]->name << " changed after its hook";
@@ -65,16 +76,11 @@ TEST(LossGrad, LayerGradsDoneHookSeesFinalGradients) {
 // each overwrites whatever its buffer holds (here NaN), a later one adds; settle_grads zeroes what
 // no backward reached.
 TEST(LossGrad, DeferredZeroGradsOverwriteTheBuffers) {
-  const std::string dir = fixtures_dir() + "/gqa";
-  ModelFolder folder = ModelFolder::open(dir + "/model");
-  const ModelConfig& c = folder.config();
-  TokenBatch batch = load_batch_file(dir + "/batch.safetensors", c.vocab_size);
-  auto backend = make_cpu_backend();
-  auto self = make_self_communicator();
-  LlamaWeights weights(c);
-  weights.load(folder, *backend);
-  LlamaModel model(weights, *backend, *self);
-  const SequenceShard shard = shard_sequence(batch, 0, *self);
+  GqaModel f;
+  LlamaWeights& weights = f.weights;
+  Backend* backend = f.backend.get();
+  LlamaModel& model = *f.model;
+  const SequenceShard shard = shard_sequence(f.batch, 0, *f.self);
   auto poison = [&] {
     for (Parameter& p : weights.params()) {
       std::vector<float> nan(static_cast<size_t>(p.grad.numel()), std::numeric_limits<float>::quiet_NaN());

@@ -26,18 +26,9 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cudnn_attention.h"
 #include "core/error.h"
+#include "bench_util.cuh"
 
 namespace {
-
-__global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;  // splitmix64
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    x[i] = __float2bfloat16(float(z >> 40) / float(1 << 24) * 2.f - 1.f);
-  }
-}
 
 template <class T>
 struct Buf {
@@ -47,11 +38,6 @@ struct Buf {
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Settings {
   int64_t doc_len = 0, d = 128;
@@ -70,10 +56,10 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   const size_t ws_bytes = ulysses::cuda::attention_backward_workspace_bytes(S, H, Hkv, d);
   Buf<unsigned char> ws(ws_bytes);
 
-  fill_uniform<<<1024, 256>>>(q.p, int64_t(nq), 1);
-  fill_uniform<<<1024, 256>>>(k.p, int64_t(nk), 2);
-  fill_uniform<<<1024, 256>>>(v.p, int64_t(nk), 3);
-  fill_uniform<<<1024, 256>>>(dout.p, int64_t(nq), 4);
+  bench_util::fill_uniform<<<1024, 256>>>(q.p, int64_t(nq), 1);
+  bench_util::fill_uniform<<<1024, 256>>>(k.p, int64_t(nk), 2);
+  bench_util::fill_uniform<<<1024, 256>>>(v.p, int64_t(nk), 3);
+  bench_util::fill_uniform<<<1024, 256>>>(dout.p, int64_t(nq), 4);
   CUDA_CHECK_LAUNCH("fill_uniform");
   std::vector<int32_t> doc_h(S);
   double pairs = 0;  // sum over documents of len^2 (S^2 for one document)
@@ -113,9 +99,6 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
     cudnn_ws = std::max(attn->workspace_bytes(p, false), attn->workspace_bytes(p, true));
   }
   Buf<unsigned char> cws(cudnn_ws);
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
   auto fwd = [&] {
     if (cudnn) attn->forward(out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
     else ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
@@ -126,23 +109,15 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
       ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
                                         scale, ws.p, ws_bytes, stream);
   };
-  auto time_ms = [&](auto&& fn) {
-    CUDA_CHECK(cudaEventRecord(t0, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(t1, stream));
-    CUDA_CHECK(cudaEventSynchronize(t1));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    return double(ms);
-  };
   fwd();  // warm-up (also gives bwd valid out/lse)
   bwd();
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const int reps = set.reps > 0 ? set.reps : S >= 131072 ? 3 : 7;
-  std::vector<double> tf, tfb;
-  for (int r = 0; r < reps; ++r) tf.push_back(time_ms(fwd));
-  for (int r = 0; r < reps; ++r) tfb.push_back(time_ms([&] { fwd(); bwd(); }));
-  const double f_ms = median(tf), fb_ms = median(tfb);
+  const double f_ms = bench_util::median_ms(stream, reps, 1, fwd);
+  const double fb_ms = bench_util::median_ms(stream, reps, 1, [&] {
+    fwd();
+    bwd();
+  });
   const double f_flops = 2.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
   const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
   std::string form = cudnn ? attn->form(p, true) : "own kernels";
@@ -158,8 +133,6 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
               impl.c_str(), (long long)S, (long long)H, (long long)Hkv, (long long)d,
               (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, reps, form.c_str());
   std::fflush(stdout);
-  CUDA_CHECK(cudaEventDestroy(t0));
-  CUDA_CHECK(cudaEventDestroy(t1));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

@@ -20,17 +20,9 @@
 
 #include "backend/cuda/check.h"
 #include "core/error.h"
+#include "bench_util.cuh"
 
 namespace {
-
-__global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z ^= z >> 31;
-    x[i] = __float2bfloat16(float(z >> 40) / float(1 << 24) * 0.2f - 0.1f);
-  }
-}
 
 struct Shape {
   const char* what;
@@ -39,11 +31,6 @@ struct Shape {
   bool f32_out;  // float32 C, accumulated (beta 1): the weight gradients
   double beta;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void run(const Shape& s, int candidates, void* a, void* b, void* c, void* ws, size_t ws_bytes, cublasLtHandle_t h,
          cudaStream_t stream) {
@@ -68,9 +55,6 @@ void run(const Shape& s, int candidates, void* a, void* b, void* c, void* ws, si
   int returned = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, candidates, res, &returned));
   const float alpha = 1.0f, beta = static_cast<float>(s.beta);
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
   const double flops = 2.0 * double(s.M) * double(s.N) * double(s.K);
   std::vector<double> ms(static_cast<size_t>(returned), 0.0);
   for (int i = 0; i < returned; ++i) {
@@ -84,17 +68,7 @@ void run(const Shape& s, int candidates, void* a, void* b, void* c, void* ws, si
       continue;
     }
     once();
-    std::vector<double> t;
-    for (int r = 0; r < 7; ++r) {
-      CUDA_CHECK(cudaEventRecord(t0, stream));
-      for (int k = 0; k < 3; ++k) once();
-      CUDA_CHECK(cudaEventRecord(t1, stream));
-      CUDA_CHECK(cudaEventSynchronize(t1));
-      float e = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&e, t0, t1));
-      t.push_back(e / 3.0);
-    }
-    ms[i] = median(t);
+    ms[i] = bench_util::median_ms(stream, 7, 3, once);
   }
   int best = 0;
   for (int i = 0; i < returned; ++i)
@@ -109,8 +83,6 @@ void run(const Shape& s, int candidates, void* a, void* b, void* c, void* ws, si
   for (int i = 0; i < returned; ++i) std::printf("%s%.5f", i ? "," : "", ms[i]);
   std::printf("]}\n");
   std::fflush(stdout);
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
@@ -159,9 +131,9 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaMalloc(&b, size_t(max_b) * 2));
     CUDA_CHECK(cudaMalloc(&c, size_t(max_c) * 2));
     CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-    fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a), max_a, 1);
-    fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b), max_b, 2);
-    fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(c), max_c, 3);
+    bench_util::fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a), max_a, 1, 0.1f);
+    bench_util::fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b), max_b, 2, 0.1f);
+    bench_util::fill_uniform<<<1024, 256>>>(static_cast<__nv_bfloat16*>(c), max_c, 3, 0.1f);
     CUDA_CHECK_LAUNCH("fill_uniform");
     cublasLtHandle_t h;
     CUBLAS_CHECK(cublasLtCreate(&h));

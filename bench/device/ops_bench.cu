@@ -20,19 +20,11 @@
 #include "backend/cuda/rope.h"
 #include "backend/cuda/swiglu.h"
 #include "core/error.h"
+#include "bench_util.cuh"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-__global__ void fill(bf16* x, int64_t n, uint64_t seed, float amp) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z ^= z >> 31;
-    x[i] = __float2bfloat16((float(z >> 40) / float(1 << 24) * 2.f - 1.f) * amp);
-  }
-}
 
 template <class T>
 T* dev(int64_t n) {
@@ -41,35 +33,15 @@ T* dev(int64_t n) {
   return static_cast<T*>(p);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 template <class F>
 void time_op(const char* what, double bytes, cudaStream_t s, F&& f) {
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
   f();
   f();
-  std::vector<double> ms;
-  for (int r = 0; r < 15; ++r) {
-    CUDA_CHECK(cudaEventRecord(t0, s));
-    for (int k = 0; k < 4; ++k) f();
-    CUDA_CHECK(cudaEventRecord(t1, s));
-    CUDA_CHECK(cudaEventSynchronize(t1));
-    float e = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&e, t0, t1));
-    ms.push_back(e / 4.0);
-  }
-  const double m = median(ms);
+  const double m = bench_util::median_ms(s, 15, 4, f);
   std::printf("%-28s %9.4f ms %9.1f MB %7.2f TB/s\n", what, m, bytes / 1e6, bytes / (m * 1e-3) / 1e12);
   std::printf("{\"bench\":\"ops\",\"op\":\"%s\",\"ms\":%.5f,\"bytes\":%.0f,\"tb_per_s\":%.3f}\n", what, m, bytes,
               bytes / (m * 1e-3) / 1e12);
   std::fflush(stdout);
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
 }
 
 }  // namespace
@@ -101,14 +73,14 @@ int main(int argc, char** argv) {
     bf16 *x = dev<bf16>(ND), *y = dev<bf16>(ND), *dy = dev<bf16>(ND), *dx = dev<bf16>(ND), *w = dev<bf16>(D);
     float *rstd = dev<float>(N), *dw = dev<float>(D);
     bf16 *gate = dev<bf16>(NF), *up = dev<bf16>(NF), *h = dev<bf16>(NF);
-    fill<<<1024, 256>>>(x, ND, 1, 1.f);
-    fill<<<1024, 256>>>(dy, ND, 2, 1.f);
-    fill<<<1024, 256>>>(dx, ND, 3, 1.f);
-    fill<<<1024, 256>>>(w, D, 4, 1.f);
-    fill<<<1024, 256>>>(gate, NF, 5, 2.f);
-    fill<<<1024, 256>>>(up, NF, 6, 2.f);
-    fill<<<1024, 256>>>(h, NF, 7, 1.f);
-    CUDA_CHECK_LAUNCH("fill");
+    bench_util::fill_uniform<<<1024, 256>>>(x, ND, 1, 1.f);
+    bench_util::fill_uniform<<<1024, 256>>>(dy, ND, 2, 1.f);
+    bench_util::fill_uniform<<<1024, 256>>>(dx, ND, 3, 1.f);
+    bench_util::fill_uniform<<<1024, 256>>>(w, D, 4, 1.f);
+    bench_util::fill_uniform<<<1024, 256>>>(gate, NF, 5, 2.f);
+    bench_util::fill_uniform<<<1024, 256>>>(up, NF, 6, 2.f);
+    bench_util::fill_uniform<<<1024, 256>>>(h, NF, 7, 1.f);
+    CUDA_CHECK_LAUNCH("fill_uniform");
     const double b2 = 2.0;
     time_op("copy (d2d, reference)", 2 * NF * b2, s,
             [&] { CUDA_CHECK(cudaMemcpyAsync(h, gate, size_t(NF) * 2, cudaMemcpyDeviceToDevice, s)); });
@@ -137,7 +109,7 @@ int main(int argc, char** argv) {
     cudaFree(h);
     // Cross-entropy over [N, V] logits, in place (as the step runs it): read twice, written once.
     bf16* logits = dev<bf16>(N * V);
-    fill<<<1024, 256>>>(logits, N * V, 8, 4.f);
+    bench_util::fill_uniform<<<1024, 256>>>(logits, N * V, 8, 4.f);
     int32_t* targets = dev<int32_t>(N);
     for (int64_t i = 0; i < N; ++i) pos_h[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % V);
     CUDA_CHECK(cudaMemcpy(targets, pos_h.data(), size_t(N) * 4, cudaMemcpyHostToDevice));

@@ -107,6 +107,18 @@ void OpCheck::ndim(const Tensor& t, int n, const char* arg, const char* layout) 
 
 namespace {
 
+// op(A) op(B) of 2-D A and B with equal inner dimensions: the product's [M, N].
+Shape product_shape(const OpCheck& c, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b) {
+  c.ndim(A, 2, "A", trans_a ? "[K, M] (trans_a)" : "[M, K]");
+  c.ndim(B, 2, "B", trans_b ? "[N, K] (trans_b)" : "[K, N]");
+  const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
+  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
+  ULY_CHECK(K == Kb, c.op() << ": inner dimensions differ: op(A) is [" << M << ", " << K << "] from A "
+                            << A.describe() << (trans_a ? " (transposed)" : "") << ", op(B) is [" << Kb << ", " << N
+                            << "] from B " << B.describe() << (trans_b ? " (transposed)" : ""));
+  return {M, N};
+}
+
 // Rows and width of x [..., D]: N rows of D.
 std::pair<int64_t, int64_t> rows_of(const OpCheck& c, const Tensor& x, const char* arg) {
   ULY_CHECK(x.ndim() >= 1, c.op() << ": " << arg << " is " << x.describe() << ", expected [..., D] (at least 1-D)");
@@ -367,38 +379,23 @@ void Backend::matmul(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, 
   ULY_CHECK(C.dtype() == dt || C.dtype() == acc,
             "matmul: C is " << C.describe() << ", expected " << dtype_name(dt) << " (the dtype of A)"
                             << (acc == dt ? "" : " or " + std::string(dtype_name(acc)) + " (the accumulator dtype)"));
-  c.ndim(A, 2, "A", trans_a ? "[K, M] (trans_a)" : "[M, K]");
-  c.ndim(B, 2, "B", trans_b ? "[N, K] (trans_b)" : "[K, N]");
+  const Shape mn = product_shape(c, A, B, trans_a, trans_b);
   c.ndim(C, 2, "C", "[M, N]");
-  const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
-  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
-  ULY_CHECK(K == Kb, "matmul: inner dimensions differ: op(A) is [" << M << ", " << K << "] from A " << A.describe()
-                                                                   << (trans_a ? " (transposed)" : "")
-                                                                   << ", op(B) is [" << Kb << ", " << N
-                                                                   << "] from B " << B.describe()
-                                                                   << (trans_b ? " (transposed)" : ""));
-  c.shape(C, {M, N}, "C");
+  c.shape(C, mn, "C");
   matmul_impl(C, A, B, trans_a, trans_b, alpha, beta);
 }
 
 void Backend::matmul_add(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, const Tensor& R) {
   const OpCheck c(*this, "matmul_add");
-  const DType dt = c.data(A, "A");
+  c.data(A, "A");
   c.same_dtype(B, A, "B", "A");
   c.same_dtype(D, A, "D", "A");
   c.same_dtype(R, A, "R", "A");
   c.held(D, "D");
   c.held(R, "R");
-  c.ndim(A, 2, "A", trans_a ? "[K, M] (trans_a)" : "[M, K]");
-  c.ndim(B, 2, "B", trans_b ? "[N, K] (trans_b)" : "[K, N]");
-  const int64_t M = trans_a ? A.dim(1) : A.dim(0), K = trans_a ? A.dim(0) : A.dim(1);
-  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0), N = trans_b ? B.dim(0) : B.dim(1);
-  ULY_CHECK(K == Kb, "matmul_add: inner dimensions differ: op(A) is [" << M << ", " << K << "] from A "
-                                                                       << A.describe() << ", op(B) is [" << Kb << ", "
-                                                                       << N << "] from B " << B.describe());
-  c.shape(D, {M, N}, "D");
-  c.shape(R, {M, N}, "R");
-  (void)dt;
+  const Shape mn = product_shape(c, A, B, trans_a, trans_b);
+  c.shape(D, mn, "D");
+  c.shape(R, mn, "R");
   matmul_add_impl(D, A, B, trans_a, trans_b, R);
 }
 

@@ -48,10 +48,7 @@ void GradientAccumulator::open(std::span<Parameter* const> group) {
 
 Tensor& GradientAccumulator::target(Parameter& p) {
   if (!uses_scratch_) {
-    if (p.grad_unset) {
-      be_.zero(p.grad);
-      p.grad_unset = false;
-    }
+    settle_grad(p, be_);
     return p.grad;
   }
   for (Open& o : open_)
@@ -71,11 +68,7 @@ Tensor& GradientAccumulator::first_write(Parameter& p, double& beta) {
 void GradientAccumulator::close() {
   const ParameterSharding& sh = w_.sharding();
   if (!uses_scratch_) {
-    for (Open& o : open_)
-      if (o.p->grad_unset) {
-        be_.zero(o.p->grad);
-        o.p->grad_unset = false;
-      }
+    for (Open& o : open_) settle_grad(*o.p, be_);
     open_.clear();
     return;
   }

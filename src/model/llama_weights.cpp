@@ -135,12 +135,14 @@ void LlamaWeights::zero_grads(Backend& backend) {
   }
 }
 
+void settle_grad(Parameter& p, Backend& backend) {
+  if (!p.grad_unset) return;
+  backend.zero(p.grad);
+  p.grad_unset = false;
+}
+
 void LlamaWeights::settle_grads(Backend& backend) {
-  for (auto& p : params_)
-    if (p.grad_unset) {
-      backend.zero(p.grad);
-      p.grad_unset = false;
-    }
+  for (auto& p : params_) settle_grad(p, backend);
 }
 
 void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {

@@ -51,10 +51,12 @@ struct Parameter {
                  // gradient sharding, this rank's elements only (flat, LlamaWeights::grad_range)
   // zero_grads deferred (whole float32 gradients): `grad` holds no value yet. Its first contribution
   // overwrites it (a weight gradient's GEMM with beta 0, GradientAccumulator::first_write) instead of a
-  // zeroing pass and an accumulate; anything else zeroes it first (GradientAccumulator::target,
-  // LlamaWeights::settle_grads).
+  // zeroing pass and an accumulate; anything else zeroes it first (settle_grad).
   bool grad_unset = false;
 };
+
+// Zeroes p's gradient if it is unset (Parameter::grad_unset), so that it can be added into or read.
+void settle_grad(Parameter& p, Backend& backend);
 
 class LlamaWeights {
  public:
