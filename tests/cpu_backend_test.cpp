@@ -96,6 +96,15 @@ TEST(CpuBackend, DocumentsFromDocStart) {
   EXPECT_EQ(d.tokens(), 8);
   const int32_t* b = static_cast<const int32_t*>(d.bounds.raw());
   EXPECT_EQ(std::vector<int32_t>(b, b + d.bounds.numel()), (std::vector<int32_t>{0, 3, 4, 8}));
+  // A sliding window of 2 folds into the first keys; the bounds stay the documents'.
+  const Documents w = make_documents(*be, std::vector<int32_t>{0, 0, 0, 3, 4, 4, 4, 4}, 2);
+  EXPECT_EQ(w.window, 2);
+  EXPECT_EQ(w.count, 3);
+  const int32_t* f = static_cast<const int32_t*>(w.doc_start.raw());
+  EXPECT_EQ(std::vector<int32_t>(f, f + 8), (std::vector<int32_t>{0, 0, 1, 3, 4, 4, 5, 6}));
+  // A window no shorter than the longest document changes nothing and is not recorded.
+  EXPECT_EQ(make_documents(*be, std::vector<int32_t>{0, 0, 0, 3, 4, 4, 4, 4}, 4).window, 0);
+  EXPECT_THROW(make_documents(*be, std::vector<int32_t>{0, 0}, -1), Error);
   const Documents one = single_document(*be, 5);
   EXPECT_EQ(one.count, 1);
   EXPECT_EQ(one.longest, 5);

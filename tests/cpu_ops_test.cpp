@@ -4,6 +4,7 @@
 // Backend is tested in cpu_backend_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -186,9 +187,10 @@ TEST(CpuOps, Rope) {
 }
 
 // ---- attention -------------------------------------------------------------------
-// The obvious version: a full S x S masked softmax per head (test only).
+// The obvious version: a full S x S masked softmax per head (test only). window > 0: query i
+// also sees only keys j > i - window.
 void ref_attention(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const Ids& ds, int64_t S, int64_t H,
-                   int64_t Hkv, int64_t d, double scale) {
+                   int64_t Hkv, int64_t d, double scale, int64_t window = 0) {
   Vec P(S * S);
   for (int64_t h = 0; h < H; ++h) {
     const int64_t g = h / (H / Hkv);
@@ -196,7 +198,7 @@ void ref_attention(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v,
       double m = -INFINITY;
       for (int64_t j = 0; j < S; ++j) {
         double s = -INFINITY;
-        if (j <= i && j >= ds[i]) {
+        if (j <= i && j >= ds[i] && (window == 0 || i - j < window)) {
           s = 0;
           for (int64_t t = 0; t < d; ++t) s += q[(i * H + h) * d + t] * k[(j * Hkv + g) * d + t];
           s *= scale;
@@ -218,20 +220,30 @@ void ref_attention(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v,
 
 struct AttnCase {
   int64_t H, Hkv;
+  int64_t window = 0;  // a sliding window, folded into the per-token first keys as make_documents does
 };
+
+// The first key each token sees: its document's start, or with a window the later of that and i - W + 1.
+Ids first_keys(const Ids& ds, int64_t window) {
+  Ids lo = ds;
+  if (window > 0)
+    for (size_t i = 0; i < lo.size(); ++i) lo[i] = std::max<int32_t>(lo[i], static_cast<int32_t>(i) - window + 1);
+  return lo;
+}
 
 class CpuAttention : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CpuAttention, ForwardBackward) {
-  const int64_t H = GetParam().H, Hkv = GetParam().Hkv, d = 5;
-  const Ids ds = doc_starts({5, 3, 6});  // three packed documents of uneven lengths
+  const int64_t H = GetParam().H, Hkv = GetParam().Hkv, d = 5, W = GetParam().window;
+  const Ids docs = doc_starts({5, 3, 6});  // three packed documents of uneven lengths
+  const Ids ds = first_keys(docs, W);
   const int64_t S = static_cast<int64_t>(ds.size());
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   Vec q = rnd(S * H * d, 30, -2, 2), k = rnd(S * Hkv * d, 31, -2, 2), v = rnd(S * Hkv * d, 32), R = rnd(S * H * d, 33);
 
   Vec out(S * H * d, kNaN), lse(H * S, kNaN), out_ref(S * H * d), lse_ref(H * S);
   cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), ds.data(), S, H, Hkv, d, scale);
-  ref_attention(out_ref, lse_ref, q, k, v, ds, S, H, Hkv, d, scale);
+  ref_attention(out_ref, lse_ref, q, k, v, docs, S, H, Hkv, d, scale, W);
   EXPECT_LE(rel(out, out_ref), kFwd64);
   EXPECT_LE(rel(lse, lse_ref), kFwd64);
 
@@ -259,9 +271,12 @@ TEST_P(CpuAttention, ForwardBackward) {
   EXPECT_LE(rel(dvf, dv), kF32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gqa, CpuAttention, ::testing::Values(AttnCase{4, 2}, AttnCase{4, 1}, AttnCase{3, 3}),
+INSTANTIATE_TEST_SUITE_P(Gqa, CpuAttention,
+                         ::testing::Values(AttnCase{4, 2}, AttnCase{4, 1}, AttnCase{3, 3}, AttnCase{4, 2, 2},
+                                           AttnCase{3, 1, 4}),
                          [](const auto& info) {
-                           return "H" + std::to_string(info.param.H) + "_Hkv" + std::to_string(info.param.Hkv);
+                           return "H" + std::to_string(info.param.H) + "_Hkv" + std::to_string(info.param.Hkv) +
+                                  (info.param.window ? "_W" + std::to_string(info.param.window) : "");
                          });
 
 // A long sequence in float32: fast enough for the reference role, sampled rows
@@ -477,6 +492,27 @@ TEST(CpuOps, MatmulEmptyInnerDimension) {
   Vec Cn(4, kNaN);
   cpu::matmul(Cn.data(), none.data(), none.data(), 2, 2, 0, false, false, 1.0, 0.0);
   EXPECT_EQ(Cn, Vec(4, 0.0));
+}
+
+// ---- bias -----------------------------------------------------------------------
+TEST(CpuOps, BiasAddAndItsGradient) {
+  const int64_t N = 7, n = 5;
+  const Vec y0 = rnd(N * n, 60), b = rnd(n, 61), dy = rnd(N * n, 62);
+  Vec y = y0;
+  cpu::bias_add(y.data(), b.data(), N, n);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y[i * n + j], y0[i * n + j] + b[j]);
+  // db accumulates: start from a known value.
+  Vec db(n, 0.5);
+  cpu::bias_backward(db.data(), dy.data(), N, n);
+  Vec bb = b;
+  Vec out(N * n);
+  const Vec fd = fd_grad(bb, [&] {
+    out = y0;
+    cpu::bias_add(out.data(), bb.data(), N, n);
+    return inner(dy, out);
+  });
+  for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(db[j] - 0.5, fd[j], 1e-8);
 }
 
 TEST(CpuOps, AddAxpy) {

@@ -32,7 +32,8 @@ FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, c
   LlamaWeights weights(c);
   weights.load(folder, *backend);
   LlamaModel model(weights, *backend,
-                   make_sequence_attention(*backend, mesh, c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+                   make_sequence_attention(*backend, mesh, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                                           c.attention_scale()),
                    options);
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
 

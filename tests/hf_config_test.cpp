@@ -2,6 +2,7 @@
 // shapes, and every validation error.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "core/error.h"
@@ -159,6 +160,95 @@ TEST(HfConfig, RopeVariants) {
   EXPECT_EQ(parse(def4).rope.theta, 321.0);
 }
 
+// The families beyond Llama: what each layer holds, read from config.json and written back.
+TEST(HfConfig, Architectures) {
+  json q2 = minimal();
+  q2["architectures"] = {"Qwen2ForCausalLM"};
+  q2["model_type"] = "qwen2";
+  q2["use_sliding_window"] = false;
+  q2["sliding_window"] = 4096;  // not used without use_sliding_window, as in the released configs
+  q2["max_window_layers"] = 28;
+  const ModelConfig a = parse(q2);
+  EXPECT_EQ(a.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(a.qkv_bias);
+  EXPECT_FALSE(a.o_bias);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_EQ(a.sliding_window, 0);
+  ModelConfig base = parse(minimal());
+  EXPECT_EQ(model_parameter_count(a), model_parameter_count(base) + 2 * (64 + 64 + 64));
+
+  json q3 = minimal();
+  q3["architectures"] = {"Qwen3ForCausalLM"};
+  q3["model_type"] = "qwen3";
+  q3["head_dim"] = 32;
+  const ModelConfig b = parse(q3);
+  EXPECT_TRUE(b.qk_norm);
+  EXPECT_FALSE(b.qkv_bias);
+  q3["attention_bias"] = true;
+  const ModelConfig b2 = parse(q3);
+  EXPECT_TRUE(b2.qkv_bias && b2.o_bias);
+
+  json mi = minimal();
+  mi["architectures"] = {"MistralForCausalLM"};
+  mi["model_type"] = "mistral";
+  mi["sliding_window"] = nullptr;
+  EXPECT_EQ(parse(mi).sliding_window, 0);
+  mi["sliding_window"] = 4096;
+  const ModelConfig m = parse(mi);
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_EQ(hf_config_json(m)["sliding_window"], 4096);
+  expect_same(parse(hf_config_json(m)), m);
+  EXPECT_EQ(parse(hf_config_json(m)).sliding_window, 4096);
+
+  // Llama's attention_bias: q/k/v/o biases.
+  json lb = minimal();
+  lb["attention_bias"] = true;
+  const ModelConfig l = parse(lb);
+  EXPECT_TRUE(l.qkv_bias && l.o_bias);
+  EXPECT_TRUE(parse(hf_config_json(l)).o_bias);
+}
+
+TEST(HfConfig, RopeScalings) {
+  json lin = minimal();
+  lin["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  const ModelConfig a = parse(lin);
+  EXPECT_EQ(a.rope.type, "linear");
+  EXPECT_EQ(a.rope.factor, 2.0);
+  EXPECT_DOUBLE_EQ(a.attention_scale(), 1.0 / 4.0);  // head_dim 16, no attention factor
+  expect_same(parse(hf_config_json(a)), a);
+
+  // YaRN as Qwen2.5's model card writes it: factor and original context; the attention factor
+  // from 0.1 ln(factor) + 1, the betas 32 / 1.
+  json y = minimal();
+  y["max_position_embeddings"] = 131072;
+  y["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  const ModelConfig b = parse(y);
+  EXPECT_EQ(b.rope.type, "yarn");
+  EXPECT_EQ(b.rope.original_max_position_embeddings, 32768);
+  EXPECT_EQ(b.rope.beta_fast, 32.0);
+  EXPECT_EQ(b.rope.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(b.rope.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  const double af = 0.1 * std::log(4.0) + 1.0;
+  EXPECT_DOUBLE_EQ(b.attention_scale(), af * af / 4.0);
+  const json back = hf_config_json(b);
+  EXPECT_EQ(back["rope_scaling"]["type"], "yarn");  // the file's own spelling kept
+  EXPECT_EQ(parse(back).rope.scaling_fields(), b.rope.scaling_fields());
+
+  // mscale / mscale_all_dim (DeepSeek's spelling), and the factor from the contexts when absent.
+  json y5 = minimal();
+  y5["max_position_embeddings"] = 4096;
+  y5["rope_parameters"] = {{"rope_type", "yarn"},   {"rope_theta", 1e4}, {"original_max_position_embeddings", 1024},
+                           {"mscale", 0.707},       {"mscale_all_dim", 0.707}};
+  const ModelConfig c = parse(y5);
+  EXPECT_EQ(c.rope.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope.attention_factor, 1.0);
+  // Without an original context in the block, max_position_embeddings (or the top-level field).
+  json y6 = minimal();
+  y6["original_max_position_embeddings"] = 512;
+  y6["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
+  EXPECT_EQ(parse(y6).rope.original_max_position_embeddings, 512);
+}
+
 TEST(HfConfig, WriteBackKeepsLayoutAndUnknownFields) {
   for (const char* text : {kLlama31_v4, kLlama31_v5}) {
     const json in = json::parse(text);
@@ -250,6 +340,25 @@ TEST(HfConfig, NamedConfigs) {
   EXPECT_TRUE(c.raw["rope_scaling"].is_null());
   expect_same(parse(c.raw), c);
 
+  ASSERT_TRUE(named_model_config("qwen2.5-7b", &c));
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.hidden_size, 3584);
+  EXPECT_EQ(c.num_attention_heads, 28);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.vocab_size, 152064);
+  expect_same(parse(c.raw), c);
+  ASSERT_TRUE(named_model_config("qwen3-8b", &c));
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.num_hidden_layers, 36);
+  EXPECT_EQ(c.intermediate_size, 12288);
+  ASSERT_TRUE(named_model_config("mistral-7b", &c));
+  EXPECT_EQ(c.architecture, "MistralForCausalLM");
+  EXPECT_EQ(c.vocab_size, 32768);
+  EXPECT_EQ(c.sliding_window, 0);
+  ASSERT_TRUE(named_model_config("qwen2.5-1.5b", &c));
+  EXPECT_TRUE(c.tie_word_embeddings);
+
   EXPECT_FALSE(named_model_config("gpt-2", &c));
 }
 
@@ -317,18 +426,36 @@ TEST(HfConfigErrors, HeadsAndHeadDim) {
 
 TEST(HfConfigErrors, UnsupportedModels) {
   json j = minimal();
-  j["architectures"] = {"MistralForCausalLM"};
-  EXPECT_ERROR(parse(j), "cfg.json", "architecture 'MistralForCausalLM' is not supported", "LlamaForCausalLM");
+  j["architectures"] = {"GemmaForCausalLM"};
+  j.erase("model_type");
+  EXPECT_ERROR(parse(j), "cfg.json", "architecture 'GemmaForCausalLM' is not supported",
+               "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
   json k = minimal();
-  k["model_type"] = "qwen2";
-  EXPECT_ERROR(parse(k), "cfg.json", "model_type 'qwen2' is not supported", "LlamaForCausalLM");
+  k.erase("architectures");
+  k["model_type"] = "phi3";
+  EXPECT_ERROR(parse(k), "cfg.json", "model_type 'phi3' is not supported", "Qwen2ForCausalLM");
+  json disagree = minimal();
+  disagree["model_type"] = "qwen2";
+  EXPECT_ERROR(parse(disagree), "cfg.json", "'LlamaForCausalLM' and model_type 'qwen2' disagree");
   json l = minimal();
   l.erase("architectures");
   l.erase("model_type");
   EXPECT_ERROR(parse(l), "cfg.json", "neither 'architectures' nor 'model_type'");
   json m = minimal();
+  m["architectures"] = {"MistralForCausalLM"};
+  m["model_type"] = "mistral";
   m["attention_bias"] = true;
-  EXPECT_ERROR(parse(m), "cfg.json", "'attention_bias' is true", "not supported");
+  EXPECT_ERROR(parse(m), "cfg.json", "'attention_bias' is true", "MistralForCausalLM does not define");
+  json q = minimal();
+  q["architectures"] = {"Qwen2ForCausalLM"};
+  q["model_type"] = "qwen2";
+  q["use_sliding_window"] = true;
+  q["sliding_window"] = 4096;
+  q["max_window_layers"] = 1;
+  EXPECT_ERROR(parse(q), "cfg.json", "Qwen2ForCausalLM with sliding-window layers", "not supported");
+  q["use_sliding_window"] = false;
+  q["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_ERROR(parse(q), "cfg.json", "'sliding_attention' in layer_types");
   json n = minimal();
   n["mlp_bias"] = true;
   EXPECT_ERROR(parse(n), "cfg.json", "'mlp_bias' is true", "not supported");
@@ -339,11 +466,17 @@ TEST(HfConfigErrors, UnsupportedModels) {
 
 TEST(HfConfigErrors, UnsupportedRope) {
   json j = minimal();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_ERROR(parse(j), "cfg.json", "rope type 'yarn'", "'rope_scaling'", "supported: default, llama3");
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  EXPECT_ERROR(parse(j), "cfg.json", "rope type 'dynamic'", "'rope_scaling'", "supported: default, linear, yarn, llama3");
   json k = minimal();
-  k["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}};
-  EXPECT_ERROR(parse(k), "cfg.json", "rope type 'linear'", "'rope_parameters'", "supported: default, llama3");
+  k["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 2.0}, {"rope_theta", 1e4}};
+  EXPECT_ERROR(parse(k), "cfg.json", "rope type 'longrope'", "'rope_parameters'");
+  json both = minimal();
+  both["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}};
+  both["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  EXPECT_ERROR(parse(both), "cfg.json", "'rope_parameters'", "and 'rope_scaling'", "disagree");
+  both["rope_scaling"]["factor"] = 2.0;  // the same thing twice is accepted
+  EXPECT_EQ(parse(both).rope.factor, 2.0);
   json l = minimal();
   l["rope_scaling"] = {{"rope_type", "llama3"},     {"factor", 8.0},
                        {"low_freq_factor", 4.0},    {"high_freq_factor", 1.0},

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Float64 Hugging Face reference fixtures for `ulysses loss-grad`.
 
-Each case is a tiny random LlamaForCausalLM saved as a HF model folder, one batch,
+Each case is a tiny random decoder (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or
+MistralForCausalLM) saved as a HF model folder, one batch,
 and the float64 loss and parameter gradients that our loss contract gives on it:
 
   targets:  shift_labels if given; else labels (default: input_ids) shifted by one,
@@ -36,8 +37,20 @@ import torch.nn.functional as F
 import transformers
 import transformers.utils.logging as hf_logging
 from safetensors.numpy import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.models.llama import modeling_llama
+from transformers.models.mistral import modeling_mistral
+from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
+
+# arch -> (config class, model class, modeling module whose eager attention is swapped)
+ARCHS = {
+    "llama": (LlamaConfig, LlamaForCausalLM, modeling_llama),
+    "mistral": (MistralConfig, MistralForCausalLM, modeling_mistral),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, modeling_qwen2),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, modeling_qwen3),
+}
 
 IGNORE = -100
 STORAGE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,6 +83,9 @@ class Case:
     explicit_positions: bool = False     # write position_ids 0..S-1 even without documents
     weight_std: float = 0.15
     qk_gain: float = 1.5                 # q/k weights drawn with weight_std * qk_gain: sharper attention
+    arch: str = "llama"                  # llama | mistral | qwen2 | qwen3 (ARCHS)
+    attention_bias: bool = False         # llama/qwen3: q/k/v/o biases (qwen2 always has q/k/v ones)
+    window: int | None = None            # mistral: sliding_window
 
 
 def committed_cases():
@@ -101,6 +117,32 @@ def committed_cases():
              "5.x rope_parameters, row 1 packed as two documents (27 + 37), default labels",
              seed=606, hidden=64, intermediate=64, heads=8, kv_heads=2, vocab=128, batch=2, seq=64,
              rope=llama3_b, docs=[[64], [27, 37]]),
+        Case("qwen2_bias", "Qwen2: q/k/v biases, untied, GQA 4/2, theta 1e6, packed documents, labels with -100",
+             seed=707, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=160, batch=2, seq=40, arch="qwen2",
+             rope={"rope_type": "default", "rope_theta": 1000000.0}, eps=1e-6,
+             docs=[[40], [9, 21, 10]], labels="labels", ignore_frac=0.1),
+        Case("qwen2_yarn_tied", "Qwen2, tied embeddings, bf16 weights, YaRN factor 4 over original 16 "
+             "(positions up to 47: interpolated and ramped dimensions), 4.x layout with rope_scaling 'type'",
+             seed=808, hidden=64, intermediate=96, heads=4, kv_heads=2, vocab=128, batch=1, seq=48, arch="qwen2",
+             rope={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                   "original_max_position_embeddings": 16},
+             tie=True, storage="bfloat16", layout="4.x"),
+        Case("qwen3_qknorm", "Qwen3: per-head q/k RMSNorm, head_dim 16 != hidden/heads 8, 8 heads / 2 kv heads "
+             "(sp 8), linear RoPE factor 2, row 1 two documents",
+             seed=909, hidden=64, intermediate=64, heads=8, kv_heads=2, vocab=128, batch=2, seq=64, arch="qwen3",
+             head_dim=16, rope={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+             docs=[[64], [29, 35]], eps=1e-6),
+        Case("qwen3_bias_yarn", "Qwen3 with attention_bias (q/k/v/o biases), YaRN factor 8 over original 8 with "
+             "beta_fast 16 and an explicit attention_factor, fp16 weights, shift_labels",
+             seed=1010, hidden=48, intermediate=80, heads=4, kv_heads=4, vocab=144, batch=2, seq=32, arch="qwen3",
+             attention_bias=True, storage="float16", labels="shift_labels", ignore_frac=0.2,
+             rope={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 8,
+                   "beta_fast": 16.0, "attention_factor": 1.25}),
+        Case("mistral_window", "Mistral with sliding_window 12 < S=48 (and documents longer and shorter than the "
+             "window), GQA 4/2, theta 1e6, 4.x layout",
+             seed=1111, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=128, batch=2, seq=48,
+             arch="mistral", window=12, rope={"rope_type": "default", "rope_theta": 1000000.0}, layout="4.x",
+             docs=[[48], [7, 30, 11]], labels="labels", ignore_frac=0.1),
     ]
 
 
@@ -157,20 +199,28 @@ def random_cases(n, seed, aligned=False):
 
 # ----------------------------------------------------------------------------- model
 
-def hf_config(c: Case) -> LlamaConfig:
+def hf_config(c: Case):
     kw = dict(vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.intermediate,
               num_hidden_layers=c.layers, num_attention_heads=c.heads, num_key_value_heads=c.kv_heads,
               max_position_embeddings=c.max_pos, rms_norm_eps=c.eps, tie_word_embeddings=c.tie,
-              rope_parameters=dict(c.rope), attention_bias=False, mlp_bias=False, hidden_act="silu",
+              rope_parameters=dict(c.rope), hidden_act="silu",
               bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    if c.head_dim is not None:
-        kw["head_dim"] = c.head_dim
-    return LlamaConfig(**kw)
+    if c.arch == "llama":
+        kw.update(attention_bias=c.attention_bias, mlp_bias=False)
+    elif c.arch == "qwen3":
+        kw.update(attention_bias=c.attention_bias, use_sliding_window=False)
+    elif c.arch == "qwen2":
+        kw.update(use_sliding_window=False)
+    elif c.arch == "mistral":
+        kw.update(sliding_window=c.window)
+    if c.head_dim is not None or c.arch == "qwen3":  # Qwen3's config always carries head_dim
+        kw["head_dim"] = c.head_dim or c.hidden // c.heads
+    return ARCHS[c.arch][0](**kw)
 
 
 def build_and_save(c: Case, model_dir: str):
     """Random weights (own generator, sorted names: independent of HF's init order), stored in c.storage."""
-    model = LlamaForCausalLM(hf_config(c))
+    model = ARCHS[c.arch][1](hf_config(c))
     g = torch.Generator().manual_seed(c.seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -200,8 +250,10 @@ def rewrite_config_4x(c: Case, path: str):
     cfg["rope_scaling"] = None if rp.get("rope_type", "default") == "default" else rp
     if "dtype" in cfg:
         cfg["torch_dtype"] = cfg.pop("dtype")
-    if c.head_dim is None:  # 4.x-era configs carry head_dim only where it is not hidden / heads
+    if c.head_dim is None and c.arch != "qwen3":  # 4.x-era configs carry head_dim only where it is not hidden / heads
         cfg.pop("head_dim", None)
+    if cfg["rope_scaling"] is not None and c.arch == "qwen2":  # as Qwen2.5's model cards write it
+        cfg["rope_scaling"]["type"] = cfg["rope_scaling"].pop("rope_type")
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -214,6 +266,10 @@ def rope_inv_freq64(c: Case) -> torch.Tensor:
     inv = 1.0 / (r["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     if r["rope_type"] == "default":
         return inv
+    if r["rope_type"] == "linear":
+        return inv / r["factor"]
+    if r["rope_type"] == "yarn":
+        return yarn_inv_freq64(r, d)
     assert r["rope_type"] == "llama3", r
     factor, lo, hi = r["factor"], r["low_freq_factor"], r["high_freq_factor"]
     old = r["original_max_position_embeddings"]
@@ -224,8 +280,41 @@ def rope_inv_freq64(c: Case) -> torch.Tensor:
     return torch.where((wavelen >= old / hi) & (wavelen <= old / lo), mid, out)
 
 
+def yarn_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_inv_freq64(r, d):
+    """transformers' _compute_yarn_parameters in float64 (its ramp ends rounded as with truncate)."""
+    base, factor, ctx = r["rope_theta"], r["factor"], r["original_max_position_embeddings"]
+    fast, slow = r.get("beta_fast", 32.0), r.get("beta_slow", 1.0)
+
+    def corr(rot):
+        return d * math.log(ctx / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr(fast), corr(slow)
+    if r.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    pos = base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp
+    return (1.0 / (factor * pos)) * (1 - keep) + (1.0 / pos) * keep
+
+
+def attention_factor(c: Case):
+    r = c.rope
+    if r["rope_type"] != "yarn":
+        return 1.0
+    if "attention_factor" in r:
+        return r["attention_factor"]
+    return yarn_mscale(r["factor"])
+
+
 def load_fp64(c: Case, model_dir: str, exact: bool):
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager")
+    model = ARCHS[c.arch][1].from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager")
     model.eval()
     cfg = model.config
     rp = cfg.rope_parameters
@@ -236,10 +325,10 @@ def load_fp64(c: Case, model_dir: str, exact: bool):
     inv64 = rope_inv_freq64(c)
     rel = ((rot.inv_freq.double() - inv64).abs() / inv64).max().item()
     assert rel < 1e-6, f"{c.name}: float64 RoPE inv_freq differs from HF's by {rel:.2e}"
-    assert rot.attention_scaling == 1.0
+    assert abs(rot.attention_scaling - attention_factor(c)) < 1e-12, (rot.attention_scaling, attention_factor(c))
     if exact:
         for m in model.modules():
-            if isinstance(m, modeling_llama.LlamaRMSNorm):
+            if type(m).__name__.endswith("RMSNorm"):  # every family's (incl. Qwen3's q/k norms)
                 m.forward = types.MethodType(_rmsnorm64, m)
         rot.inv_freq64 = inv64
         rot.forward = types.MethodType(_rotary64, rot)
@@ -253,7 +342,7 @@ def _rmsnorm64(self, x):
 def _rotary64(self, x, position_ids):
     freqs = position_ids[..., None].to(torch.float64) * self.inv_freq64.to(x.device)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 
 
 def _eager_attention64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
@@ -269,14 +358,16 @@ def _eager_attention64(module, query, key, value, attention_mask, scaling, dropo
 
 
 class Float64Attention:
-    """Swaps HF's eager attention (softmax in float32) for a float64 one while active."""
+    """Swaps HF's eager attention (softmax in float32) for a float64 one while active, in every family."""
 
     def __enter__(self):
-        self.saved = modeling_llama.eager_attention_forward
-        modeling_llama.eager_attention_forward = _eager_attention64
+        self.saved = {m: m.eager_attention_forward for _, _, m in ARCHS.values()}
+        for m in self.saved:
+            m.eager_attention_forward = _eager_attention64
 
     def __exit__(self, *exc):
-        modeling_llama.eager_attention_forward = self.saved
+        for m, f in self.saved.items():
+            m.eager_attention_forward = f
 
 
 # ----------------------------------------------------------------------------- batch and loss
@@ -332,19 +423,21 @@ def documents(batch):
     return out
 
 
-def block_causal_mask(batch, dtype):
-    """[B, 1, S, S] additive mask: causal inside each document, blocked across documents."""
+def block_causal_mask(batch, dtype, window=None):
+    """[B, 1, S, S] additive mask: causal inside each document (and the window), blocked across documents."""
     B, S = batch["input_ids"].shape
     doc = torch.zeros(B, S, dtype=torch.long)
     for b, docs in enumerate(documents(batch)):
         for k, (s, e) in enumerate(docs):
             doc[b, s:e] = k
     allowed = (doc[:, :, None] == doc[:, None, :]) & torch.ones(S, S, dtype=torch.bool).tril()
+    if window is not None:  # query i sees keys j > i - window
+        allowed &= ~torch.ones(S, S, dtype=torch.bool).tril(-window)
     mask = torch.zeros(B, 1, S, S, dtype=dtype)
     return mask.masked_fill(~allowed[:, None], torch.finfo(dtype).min)
 
 
-def loss_and_grads(model, batch, tgt, mode):
+def loss_and_grads(model, batch, tgt, mode, window=None):
     """mode: per_doc (each document its own sequence), packed (HF reads position_ids), mask4d."""
     model.zero_grad(set_to_none=True)
     ids = batch["input_ids"].long()
@@ -363,7 +456,7 @@ def loss_and_grads(model, batch, tgt, mode):
     else:
         kw = {} if pos is None else {"position_ids": pos.long()}
         if mode == "mask4d":
-            kw["attention_mask"] = block_causal_mask(batch, next(model.parameters()).dtype)
+            kw["attention_mask"] = block_causal_mask(batch, next(model.parameters()).dtype, window)
         logits = model(input_ids=ids, use_cache=False, **kw).logits
         token_loss = F.cross_entropy(logits.double().reshape(B * S, -1), tgt.reshape(-1), ignore_index=IGNORE,
                                      reduction="none").reshape(B, S)
@@ -408,7 +501,7 @@ def make_case(c: Case, out_root: str):
         for mode in ("packed", "mask4d"):
             if mode == "mask4d" and not packed_docs and "position_ids" not in batch:
                 continue
-            lr, gr, gn = compare(loss_and_grads(model, batch, tgt, mode), ref)
+            lr, gr, gn = compare(loss_and_grads(model, batch, tgt, mode, c.window), ref)
             checks[f"fp64_{mode}_vs_per_doc"] = {"loss_rel": lr, "grad_rel_max": gr, "worst": gn}
             assert lr < 1e-12 and gr < 1e-10, f"{c.name}: {mode} forward != per-document: {lr:.2e} {gr:.2e} {gn}"
         names = [n for n, _ in model.named_parameters()]

@@ -37,6 +37,7 @@ struct AdamWParams {
 struct AttentionShape {
   int64_t S = 0, H = 0, Hkv = 0, d = 0;
   int64_t documents = 1, longest = 0;
+  int64_t window = 0;  // a sliding window shorter than the longest document (Documents::window); 0: none
 };
 
 class Backend {
@@ -186,6 +187,10 @@ class Backend {
   // added to its input): one rounding of the sum, and no separate add pass where the backend
   // reads R in the product's epilogue. R may be D itself.
   void matmul_add(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, const Tensor& R);
+  // Bias of a linear layer: y: [N, n] += b: [n] on every row (b in y's dtype); its backward
+  // db: [n] (the accumulator dtype of dy's) += the sum of dy: [N, n] over the rows.
+  void bias_add(Tensor& y, const Tensor& b);
+  void bias_backward(Tensor& db, const Tensor& dy);
   void add(Tensor& y, const Tensor& a, const Tensor& b);
   // y += alpha x; y and x of one dtype, or one the other's accumulator dtype.
   void axpy(Tensor& y, const Tensor& x, double alpha);
@@ -249,6 +254,10 @@ class Backend {
   // By default R copied into D (unless they are one buffer), then matmul_impl with beta 1.
   virtual void matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b,
                                const Tensor& R);
+  // Ops added after the first backends: by default they refuse, naming the op and the backend,
+  // so that a backend (or the planner) without them still builds.
+  virtual void bias_add_impl(Tensor& y, const Tensor& b);
+  virtual void bias_backward_impl(Tensor& db, const Tensor& dy);
   virtual void add_impl(Tensor& y, const Tensor& a, const Tensor& b) = 0;
   virtual void axpy_impl(Tensor& y, const Tensor& x, double alpha) = 0;
   virtual double sum_impl(const Tensor& x) = 0;

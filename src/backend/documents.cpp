@@ -16,7 +16,8 @@ Tensor upload(Backend& backend, const std::vector<int32_t>& v) {
 
 }  // namespace
 
-Documents make_documents(Backend& backend, const std::vector<int32_t>& doc_start) {
+Documents make_documents(Backend& backend, const std::vector<int32_t>& doc_start, int64_t window) {
+  ULY_CHECK(window >= 0, "documents: the sliding window must be positive (or 0 for none), got " << window);
   const int64_t S = static_cast<int64_t>(doc_start.size());
   ULY_CHECK(S < (int64_t{1} << 31), "documents: a row of " << S << " tokens is over the int32 index range");
   std::vector<int32_t> bounds;
@@ -34,7 +35,15 @@ Documents make_documents(Backend& backend, const std::vector<int32_t>& doc_start
   d.count = static_cast<int64_t>(bounds.size());
   bounds.push_back(static_cast<int32_t>(S));
   for (int64_t j = 0; j < d.count; ++j) d.longest = std::max<int64_t>(d.longest, bounds[j + 1] - bounds[j]);
-  d.doc_start = upload(backend, doc_start);
+  if (window > 0 && window < d.longest) {
+    d.window = window;
+    std::vector<int32_t> first_key(doc_start);
+    for (int64_t i = window; i < S; ++i)
+      first_key[i] = std::max<int32_t>(first_key[i], static_cast<int32_t>(i - window + 1));
+    d.doc_start = upload(backend, first_key);
+  } else {
+    d.doc_start = upload(backend, doc_start);
+  }
   d.bounds = upload(backend, bounds);
   return d;
 }

@@ -134,7 +134,7 @@ AttentionShape attention_tensors(const OpCheck& c, const Tensor& q, const Tensor
   c.same_dtype(v, q, "v", "q");
   c.ndim(q, 3, "q", "[S, H, d]");
   c.ndim(k, 3, "k", "[S, Hkv, d]");
-  AttentionShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest};
+  AttentionShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest, docs.window};
   c.shape(v, k.shape(), "v");
   ULY_CHECK(k.dim(2) == a.d, c.op() << ": k " << k.describe() << " and q " << q.describe() << " must have one head_dim");
   ULY_CHECK(a.Hkv > 0 && a.H % a.Hkv == 0, c.op() << ": query heads H=" << a.H << " (q " << q.describe()
@@ -330,6 +330,34 @@ void Backend::attention_merge(Tensor& acc, Tensor& acc_lse, const Tensor& out, c
   c.shape(lse, {out.dim(1), out.dim(0)}, "lse");
   c.like(acc_lse, lse, "acc_lse", "lse");
   attention_merge_impl(acc, acc_lse, out, lse);
+}
+
+void Backend::bias_add(Tensor& y, const Tensor& b) {
+  const OpCheck c(*this, "bias_add");
+  c.data(y, "y");
+  const auto [N, n] = rows_of(c, y, "y");
+  (void)N;
+  c.same_dtype(b, y, "b", "y");
+  c.shape(b, {n}, "b");
+  bias_add_impl(y, b);
+}
+
+void Backend::bias_backward(Tensor& db, const Tensor& dy) {
+  const OpCheck c(*this, "bias_backward");
+  c.data(dy, "dy");
+  const auto [N, n] = rows_of(c, dy, "dy");
+  (void)N;
+  c.accumulator(db, dy.dtype(), "db");
+  c.shape(db, {n}, "db");
+  bias_backward_impl(db, dy);
+}
+
+void Backend::bias_add_impl(Tensor&, const Tensor&) {
+  ULY_FAIL("bias_add: the " << name() << " backend does not implement this op");
+}
+
+void Backend::bias_backward_impl(Tensor&, const Tensor&) {
+  ULY_FAIL("bias_backward: the " << name() << " backend does not implement this op");
 }
 
 void Backend::swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) {

@@ -80,6 +80,8 @@ class PlanningBackend final : public Backend {
   void swiglu_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void cross_entropy_forward_backward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {}
   void matmul_impl(Tensor&, const Tensor&, const Tensor&, bool, bool, double, double) override {}
+  void bias_add_impl(Tensor&, const Tensor&) override {}
+  void bias_backward_impl(Tensor&, const Tensor&) override {}
   void add_impl(Tensor&, const Tensor&, const Tensor&) override {}
   void axpy_impl(Tensor&, const Tensor&, double) override {}
   double sum_impl(const Tensor&) override { return 0.0; }
@@ -88,7 +90,7 @@ class PlanningBackend final : public Backend {
  private:
   // The backend takes its workspace for the call only: taken and given back here too.
   void take_workspace(const Tensor& q, const Tensor& k, const Documents& docs, bool backward, bool block = false) {
-    const AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest};
+    const AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), docs.count, docs.longest, docs.window};
     const size_t ws =
         block ? attention_block_workspace_bytes(shape, backward) : attention_workspace_bytes(shape, backward);
     if (ws > 0) (void)empty({static_cast<int64_t>(ws)}, DType::U8);

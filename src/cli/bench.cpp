@@ -26,7 +26,7 @@ namespace ulysses {
 int run_bench(int argc, char** argv, Communicator& world) {
   std::vector<OptionSpec> specs = {
       {"model", true, false, "Hugging Face model folder (its config; weights are random)"},
-      {"shape", true, false, "a named shape: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny"},
+      {"shape", true, false, "a named shape: llama-3.1-8b, llama-3.2-1b/3b, qwen2.5-7b/1.5b, qwen3-8b, mistral-7b, tiny"},
       {"layers", true, false, "use only this many layers (a shorter model of the same width)"},
       {"seq", true, false, "sequence length in tokens (default 32768)"},
       {"batch", true, false, "sequences per step (default 1)"},

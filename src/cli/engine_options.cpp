@@ -111,7 +111,7 @@ ModelConfig model_config_from(const Args& args, const std::string& command) {
   } else {
     const std::string shape = args.require("shape");
     ULY_CHECK(named_model_config(shape, &config),
-              command << ": unknown --shape '" << shape << "' (known: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny)");
+              command << ": unknown --shape '" << shape << "' (known: " << named_model_configs() << ")");
   }
   if (args.has("layers")) config.num_hidden_layers = args.get_int("layers", config.num_hidden_layers, limits::kLayers);
   return config;

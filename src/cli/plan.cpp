@@ -159,7 +159,7 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
 int run_plan(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
       {"model", true, false, "Hugging Face model folder (config.json is enough)"},
-      {"shape", true, false, "a named shape instead: llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, tiny"},
+      {"shape", true, false, "a named shape instead: llama-3.1-8b, llama-3.2-1b/3b, qwen2.5-7b/1.5b, qwen3-8b, mistral-7b, tiny"},
       {"layers", true, false, "override the number of layers"},
       {"seq", true, false, "sequence length in tokens (global, before splitting over sp)"},
       {"max-seq", false, false, "find the longest sequence that fits the device (--memory-limit, or the GPU here) and "

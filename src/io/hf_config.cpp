@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/limits.h"
+#include "io/json_fields.h"
 #include "io/regular_file.h"
 
 namespace ulysses {
@@ -17,139 +18,116 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kSupportedArch = "LlamaForCausalLM (model_type 'llama')";
-constexpr const char* kSupportedRope = "default, llama3";
-
-// Typed access to one JSON object; every error names the source and the field
-// path ("rope_scaling.factor"). A null value counts as absent, as transformers
-// treats it.
-class Fields {
- public:
-  Fields(const json& j, const std::string& source, std::string prefix = "")
-      : j_(j), source_(source), prefix_(std::move(prefix)) {}
-
-  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  std::string name(const char* key) const { return prefix_ + key; }
-
-  [[noreturn]] void wrong_type(const char* key, const char* want) const {
-    ULY_FAIL(source_ << ": field '" << name(key) << "' must be " << want << ", got " << j_[key].type_name() << " "
-                     << j_[key].dump());
-  }
-
-  int64_t integer(const char* key) const {
-    ULY_CHECK(has(key), source_ << ": missing required field '" << name(key) << "'");
-    const json& v = j_[key];
-    if (v.is_number_integer()) return v.get<int64_t>();
-    wrong_type(key, "an integer");
-  }
-  std::optional<int64_t> opt_integer(const char* key) const {
-    if (!has(key)) return std::nullopt;
-    return integer(key);
-  }
-  int64_t positive(const char* key) const {
-    const int64_t v = integer(key);
-    ULY_CHECK(v > 0, source_ << ": field '" << name(key) << "' (" << v << ") must be positive");
-    return v;
-  }
-  int64_t opt_positive(const char* key, int64_t fallback) const { return has(key) ? positive(key) : fallback; }
-  // A positive count no larger than the stated limit (core/limits.h).
-  int64_t count(const char* key, const IntRange& range) const {
-    return check_in_range(source_ + ": field '" + name(key) + "'", positive(key), range);
-  }
-  int64_t opt_count(const char* key, int64_t fallback, const IntRange& range) const {
-    return has(key) ? count(key, range) : fallback;
-  }
-
-  double number(const char* key) const {
-    ULY_CHECK(has(key), source_ << ": missing required field '" << name(key) << "'");
-    const json& v = j_[key];
-    if (v.is_number()) return v.get<double>();
-    wrong_type(key, "a number");
-  }
-  double positive_number(const char* key) const {
-    const double v = number(key);
-    ULY_CHECK(v > 0, source_ << ": field '" << name(key) << "' (" << v << ") must be positive");
-    return v;
-  }
-  double opt_positive_number(const char* key, double fallback) const {
-    return has(key) ? positive_number(key) : fallback;
-  }
-
-  bool opt_bool(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (j_[key].is_boolean()) return j_[key].get<bool>();
-    wrong_type(key, "true or false");
-  }
-  std::optional<std::string> opt_string(const char* key) const {
-    if (!has(key)) return std::nullopt;
-    if (j_[key].is_string()) return j_[key].get<std::string>();
-    wrong_type(key, "a string");
-  }
-  const json& object(const char* key) const {
-    if (!j_[key].is_object()) wrong_type(key, "an object");
-    return j_[key];
-  }
-
- private:
-  const json& j_;
-  const std::string& source_;
-  std::string prefix_;
+// What each architecture's decoder layer holds, as its transformers modeling file builds it.
+// attention_bias: the config field turns on q/k/v/o biases (Llama, Qwen3); Qwen2 always has
+// q/k/v biases and none on o. sliding_window: Mistral's applies to every layer when set;
+// Qwen2/Qwen3 apply theirs only with use_sliding_window, to layers past max_window_layers.
+struct Architecture {
+  const char* name;
+  const char* model_type;
+  bool fixed_qkv_bias;        // q/k/v biases regardless of the config
+  bool reads_attention_bias;  // attention_bias: true adds q/k/v/o biases
+  bool qk_norm;
+  enum class Window { None, Mistral, Qwen } window;
 };
 
-// Reads a rope block: the 4.x `rope_scaling` object or the 5.x `rope_parameters`.
-void parse_rope_block(const json& block, const char* block_name, const std::string& source, RopeConfig* rope) {
-  Fields f(block, source, std::string(block_name) + ".");
-  std::optional<std::string> type = f.opt_string("rope_type");
-  if (!type) type = f.opt_string("type");  // the older spelling in 4.x configs
-  rope->type = type.value_or("default");
-  if (rope->type == "default") return;
-  ULY_CHECK(rope->type == "llama3", source << ": rope type '" << rope->type << "' in '" << block_name
-                                           << "' is not supported (supported: " << kSupportedRope << ")");
-  rope->factor = f.positive_number("factor");
-  rope->low_freq_factor = f.positive_number("low_freq_factor");
-  rope->high_freq_factor = f.positive_number("high_freq_factor");
-  rope->original_max_position_embeddings = f.positive("original_max_position_embeddings");
-  // The llama3 schedule interpolates between the two wavelengths 1/low and 1/high.
-  ULY_CHECK(rope->high_freq_factor > rope->low_freq_factor,
-            source << ": field '" << block_name << ".high_freq_factor' (" << rope->high_freq_factor
-                   << ") must be larger than '" << block_name << ".low_freq_factor' (" << rope->low_freq_factor
-                   << ")");
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", false, true, false, Architecture::Window::None},
+    {"MistralForCausalLM", "mistral", false, false, false, Architecture::Window::Mistral},
+    {"Qwen2ForCausalLM", "qwen2", true, false, false, Architecture::Window::Qwen},
+    {"Qwen3ForCausalLM", "qwen3", false, true, true, Architecture::Window::Qwen},
+};
+
+const Architecture* find_architecture(const std::string& name, bool by_model_type) {
+  for (const Architecture& a : kArchitectures)
+    if (name == (by_model_type ? a.model_type : a.name)) return &a;
+  return nullptr;
+}
+
+// The attention window from config.json, as the architecture applies it.
+int64_t parse_window(const JsonFields& f, const json& j, const Architecture& arch, const std::string& src,
+                     int64_t layers) {
+  if (arch.window == Architecture::Window::None) return 0;
+  if (arch.window == Architecture::Window::Mistral)
+    return f.has("sliding_window") ? check_in_range(src + ": field 'sliding_window'", f.positive("sliding_window"),
+                                                    limits::kPositions)
+                                   : 0;
+  // Qwen2/Qwen3: a window only on some layers, and only with use_sliding_window.
+  bool sliding = f.opt_bool("use_sliding_window", false) && f.has("sliding_window") &&
+                 f.opt_positive("max_window_layers", layers) < layers;
+  if (f.has("layer_types")) {
+    const json& types = j["layer_types"];
+    if (!types.is_array()) f.wrong_type("layer_types", "a list of strings");
+    for (const json& t : types) sliding = sliding || t == "sliding_attention";
+  }
+  ULY_CHECK(!sliding, src << ": " << arch.name << " with sliding-window layers (use_sliding_window true, or "
+                          << "'sliding_attention' in layer_types) is not supported; every released Qwen2/Qwen3 "
+                          << "model sets use_sliding_window false");
+  return 0;
 }
 
 }  // namespace
 
+std::string supported_architectures() {
+  std::string s;
+  for (const Architecture& a : kArchitectures) s += std::string(s.empty() ? "" : ", ") + a.name;
+  return s;
+}
+
+double ModelConfig::attention_scale() const {
+  const double af = rope.type == "yarn" ? rope.attention_factor : 1.0;
+  return af * af / std::sqrt(static_cast<double>(head_dim));
+}
+
 int64_t model_parameter_count(const ModelConfig& c) {
   const int64_t h = c.hidden_size;
-  const int64_t per_layer = h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h + 3 * h * c.intermediate_size + 2 * h;
+  int64_t per_layer = h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h + 3 * h * c.intermediate_size + 2 * h;
+  if (c.qkv_bias) per_layer += c.q_dim() + 2 * c.kv_dim();
+  if (c.o_bias) per_layer += h;
+  if (c.qk_norm) per_layer += 2 * c.head_dim;
   return c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * per_layer + h;
 }
 
 ModelConfig parse_hf_config(const json& j, const std::string& src) {
   ULY_CHECK(j.is_object(), src << ": a config must be a JSON object, got " << j.type_name());
-  Fields f(j, src);
+  JsonFields f(j, src);
   ModelConfig c;
   c.raw = j;
 
   const bool has_arch = f.has("architectures");
   const std::optional<std::string> model_type = f.opt_string("model_type");
   ULY_CHECK(has_arch || model_type,
-            src << ": neither 'architectures' nor 'model_type' is set; supported: " << kSupportedArch);
+            src << ": neither 'architectures' nor 'model_type' is set; supported: " << supported_architectures());
+  const Architecture* arch = nullptr;
   if (has_arch) {
     const json& a = j["architectures"];
     if (!a.is_array() || a.empty() || !a[0].is_string()) f.wrong_type("architectures", "a non-empty list of strings");
-    c.architecture = a[0].get<std::string>();
-    ULY_CHECK(c.architecture == "LlamaForCausalLM", src << ": architecture '" << c.architecture
-                                                        << "' is not supported (supported: " << kSupportedArch << ")");
+    const std::string name = a[0].get<std::string>();
+    arch = find_architecture(name, false);
+    ULY_CHECK(arch, src << ": architecture '" << name << "' is not supported (supported: "
+                        << supported_architectures() << ")");
   }
   if (model_type) {
-    c.model_type = *model_type;
-    ULY_CHECK(c.model_type == "llama", src << ": model_type '" << c.model_type
-                                           << "' is not supported (supported: " << kSupportedArch << ")");
+    const Architecture* by_type = find_architecture(*model_type, true);
+    ULY_CHECK(by_type, src << ": model_type '" << *model_type << "' is not supported (supported: "
+                           << supported_architectures() << ")");
+    ULY_CHECK(!arch || arch == by_type, src << ": architecture '" << arch->name << "' and model_type '" << *model_type
+                                            << "' disagree (" << arch->name << " has model_type '"
+                                            << arch->model_type << "')");
+    arch = by_type;
   }
+  c.architecture = arch->name;
+  c.model_type = arch->model_type;
   if (auto act = f.opt_string("hidden_act"))
     ULY_CHECK(*act == "silu", src << ": field 'hidden_act' ('" << *act << "') is not supported (supported: silu)");
-  ULY_CHECK(!f.opt_bool("attention_bias", false),
-            src << ": field 'attention_bias' is true; biases on q/k/v/o projections are not supported");
+  if (arch->reads_attention_bias) {
+    c.qkv_bias = c.o_bias = f.opt_bool("attention_bias", false);
+  } else {
+    ULY_CHECK(!f.opt_bool("attention_bias", false),
+              src << ": field 'attention_bias' is true, which " << arch->name << " does not define");
+  }
+  c.qkv_bias = c.qkv_bias || arch->fixed_qkv_bias;
+  c.qk_norm = arch->qk_norm;
   ULY_CHECK(!f.opt_bool("mlp_bias", false),
             src << ": field 'mlp_bias' is true; biases on the MLP projections are not supported");
 
@@ -176,6 +154,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
   c.max_position_embeddings = f.opt_count("max_position_embeddings", c.max_position_embeddings, limits::kPositions);
   c.rms_norm_eps = f.opt_positive_number("rms_norm_eps", c.rms_norm_eps);
   c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", false);
+  c.sliding_window = parse_window(f, j, *arch, src, c.num_hidden_layers);
   const int64_t params = model_parameter_count(c);
   ULY_CHECK(params <= limits::kMaxParameters, src << ": the shape makes " << params << " parameters, over the limit of "
                                                   << limits::kMaxParameters << "; is a field off by a few digits?");
@@ -184,17 +163,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
   if (auto d = f.opt_string("dtype")) c.torch_dtype = *d;
   else if (auto td = f.opt_string("torch_dtype")) c.torch_dtype = *td;
 
-  // RoPE: 5.x `rope_parameters` (theta inside) or 4.x `rope_theta` + `rope_scaling`.
-  const double top_theta = f.opt_positive_number("rope_theta", 10000.0);
-  if (f.has("rope_parameters")) {
-    const json& rp = f.object("rope_parameters");
-    parse_rope_block(rp, "rope_parameters", src, &c.rope);
-    Fields rf(rp, src, "rope_parameters.");
-    c.rope.theta = rf.opt_positive_number("rope_theta", top_theta);
-  } else {
-    c.rope.theta = top_theta;
-    if (f.has("rope_scaling")) parse_rope_block(f.object("rope_scaling"), "rope_scaling", src, &c.rope);
-  }
+  c.rope = parse_rope(j, src, c.max_position_embeddings);
   return c;
 }
 
@@ -225,42 +194,13 @@ json hf_config_json(const ModelConfig& c) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  // What a Llama reader would otherwise assume, written out so the file stands alone.
+  // What a reader of the architecture would otherwise assume, written out so the file stands alone.
   if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
-  if (!j.contains("attention_bias")) j["attention_bias"] = false;
-  if (!j.contains("mlp_bias")) j["mlp_bias"] = false;
-
-  const bool llama3 = c.rope.type == "llama3";
-  auto set_llama3 = [&](json& block) {
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-      block.erase(k);
-    if (!llama3) return;
-    block["factor"] = c.rope.factor;
-    block["low_freq_factor"] = c.rope.low_freq_factor;
-    block["high_freq_factor"] = c.rope.high_freq_factor;
-    block["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
-  };
-  if (v5) {
-    json rp = j["rope_parameters"].is_object() ? j["rope_parameters"] : json::object();
-    rp.erase("type");
-    rp["rope_type"] = c.rope.type;
-    rp["rope_theta"] = c.rope.theta;
-    set_llama3(rp);
-    j["rope_parameters"] = rp;
-    if (j.contains("rope_theta")) j["rope_theta"] = c.rope.theta;
-  } else {
-    j["rope_theta"] = c.rope.theta;
-    if (!llama3) {
-      j["rope_scaling"] = nullptr;
-    } else {
-      json rs = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"] : json::object();
-      // Keep the key spelling the file used ("type" in older 4.x files).
-      const char* key = rs.contains("type") && !rs.contains("rope_type") ? "type" : "rope_type";
-      rs[key] = c.rope.type;
-      set_llama3(rs);
-      j["rope_scaling"] = rs;
-    }
-  }
+  if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.o_bias;
+  if (c.model_type == "llama" && !j.contains("mlp_bias")) j["mlp_bias"] = false;
+  if (c.model_type == "mistral")
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  write_rope(c.rope, j);
 
   const bool has_dtype = j.contains("dtype"), has_torch_dtype = j.contains("torch_dtype");
   if (has_dtype || (!has_torch_dtype && v5)) j["dtype"] = c.torch_dtype;
@@ -316,6 +256,55 @@ bool named_model_config(const std::string& name_in, ModelConfig* out) {
     c.head_dim = 128;
     llama3_rope(32.0);
     c.tie_word_embeddings = true;
+  } else if (name == "qwen2.5-7b" || name == "qwen2.5-1.5b") {
+    const bool big = name == "qwen2.5-7b";
+    c.architecture = "Qwen2ForCausalLM";
+    c.model_type = "qwen2";
+    c.vocab_size = big ? 152064 : 151936;
+    c.hidden_size = big ? 3584 : 1536;
+    c.intermediate_size = big ? 18944 : 8960;
+    c.num_hidden_layers = 28;
+    c.num_attention_heads = big ? 28 : 12;
+    c.num_key_value_heads = big ? 4 : 2;
+    c.head_dim = 128;
+    c.max_position_embeddings = 32768;
+    c.rms_norm_eps = 1e-6;
+    c.rope.theta = 1000000.0;
+    c.tie_word_embeddings = !big;
+    c.torch_dtype = "bfloat16";
+    extra = {{"bos_token_id", 151643}, {"eos_token_id", 151643}, {"use_sliding_window", false}};
+  } else if (name == "qwen3-8b") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.model_type = "qwen3";
+    c.vocab_size = 151936;
+    c.hidden_size = 4096;
+    c.intermediate_size = 12288;
+    c.num_hidden_layers = 36;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.max_position_embeddings = 40960;
+    c.rms_norm_eps = 1e-6;
+    c.rope.theta = 1000000.0;
+    c.tie_word_embeddings = false;
+    c.torch_dtype = "bfloat16";
+    extra = {{"bos_token_id", 151643}, {"eos_token_id", 151645}, {"use_sliding_window", false}};
+  } else if (name == "mistral-7b") {  // v0.3: no sliding window
+    c.architecture = "MistralForCausalLM";
+    c.model_type = "mistral";
+    c.vocab_size = 32768;
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.max_position_embeddings = 32768;
+    c.rms_norm_eps = 1e-5;
+    c.rope.theta = 1000000.0;
+    c.tie_word_embeddings = false;
+    c.torch_dtype = "bfloat16";
+    extra = {{"bos_token_id", 1}, {"eos_token_id", 2}};
   } else if (name == "tiny") {
     c.vocab_size = 256;
     c.hidden_size = 64;
@@ -333,11 +322,20 @@ bool named_model_config(const std::string& name_in, ModelConfig* out) {
     return false;
   }
   json raw = extra;
+  raw["architectures"] = json::array({c.architecture});
   c.raw = raw;
   raw = hf_config_json(c);
   // Parsing our own output both fills `raw` and proves the shape is one we accept.
   *out = parse_hf_config(raw, "named model config '" + name + "'");
   return true;
+}
+
+}  // namespace ulysses
+
+namespace ulysses {
+
+std::string named_model_configs() {
+  return "llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, qwen2.5-7b, qwen2.5-1.5b, qwen3-8b, mistral-7b, tiny";
 }
 
 }  // namespace ulysses

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/attention_inputs.h"
 #include "model/rope.h"
 
 namespace ulysses {
@@ -24,16 +25,18 @@ void KvCacheDecoder::attend(int64_t layer, const float* q, int64_t n, float* out
   const int64_t H = c_.num_attention_heads, Hkv = c_.num_key_value_heads, d = c_.head_dim, group = H / Hkv;
   const float* K = k_cache_.data() + static_cast<size_t>(layer) * max_tokens_ * Hkv * d;
   const float* V = v_cache_.data() + static_cast<size_t>(layer) * max_tokens_ * Hkv * d;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = static_cast<float>(c_.attention_scale());
   const int64_t first = length_;  // position of the first new token
 #pragma omp parallel for collapse(2) schedule(static) if (n * H > 16)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kv = h / group, keys = first + i + 1;  // causal: up to and including itself
+      // A sliding window of W sees the last W keys only.
+      const int64_t j0 = c_.sliding_window > 0 ? std::max<int64_t>(0, keys - c_.sliding_window) : 0;
       const float* qi = q + (i * H + h) * d;
       std::vector<float> p(keys);
       float m = -INFINITY;
-      for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t j = j0; j < keys; ++j) {
         const float* kj = K + (j * Hkv + kv) * d;
         float s = 0;
         for (int64_t e = 0; e < d; ++e) s += qi[e] * kj[e];
@@ -41,10 +44,10 @@ void KvCacheDecoder::attend(int64_t layer, const float* q, int64_t n, float* out
         m = std::max(m, p[j]);
       }
       double z = 0;
-      for (int64_t j = 0; j < keys; ++j) z += (p[j] = std::exp(p[j] - m));
+      for (int64_t j = j0; j < keys; ++j) z += (p[j] = std::exp(p[j] - m));
       float* o = out + (i * H + h) * d;
       std::fill(o, o + d, 0.0f);
-      for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t j = j0; j < keys; ++j) {
         const float a = static_cast<float>(p[j] / z);
         const float* vj = V + (j * Hkv + kv) * d;
         for (int64_t e = 0; e < d; ++e) o[e] += a * vj[e];
@@ -73,14 +76,8 @@ std::vector<float> KvCacheDecoder::feed(const std::vector<int32_t>& ids) {
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     LlamaWeights::Layer& L = w_.layer(l);
     be_.rmsnorm_forward(xn, rstd, x, L.input_norm->value, c_.rms_norm_eps);
-    Tensor q = be_.empty({n, H * d}, t), k = be_.empty({n, Hkv * d}, t), v = be_.empty({n, Hkv * d}, t);
-    be_.matmul(q, xn, L.wq->value, false, true);
-    be_.matmul(k, xn, L.wk->value, false, true);
-    be_.matmul(v, xn, L.wv->value, false, true);
-    q = q.reshape({n, H, d});
-    k = k.reshape({n, Hkv, d});
-    be_.rope_forward(q, q, pos_t, inv_freq_);
-    be_.rope_forward(k, k, pos_t, inv_freq_);
+    Tensor q, k, v;
+    qkv_forward(be_, c_, L, HeadRange::all(c_), xn, pos_t, inv_freq_, q, k, v, nullptr);
     Tensor qh = Tensor::borrow(q_host.data(), {n, H, d}, DType::F32);
     be_.copy(qh, q);
     Tensor kh = Tensor::borrow(k_host.data(), {n, Hkv, d}, DType::F32), vh = Tensor::borrow(v_host.data(), {n, Hkv * d}, DType::F32);
@@ -93,6 +90,7 @@ std::vector<float> KvCacheDecoder::feed(const std::vector<int32_t>& ids) {
     Tensor attn = be_.empty({n, H * d}, t);
     be_.copy(attn, Tensor::borrow(attn_host.data(), {n, H * d}, DType::F32));
     be_.matmul(x, attn, L.wo->value, false, true, 1.0, 1.0);  // x += attn Wo^T
+    if (L.o_bias) be_.bias_add(x, L.o_bias->value);
     be_.rmsnorm_forward(xn, rstd, x, L.post_norm->value, c_.rms_norm_eps);
     Tensor gate = be_.empty({n, F}, t), up = be_.empty({n, F}, t), h = be_.empty({n, F}, t);
     be_.matmul(gate, xn, L.w_gate->value, false, true);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/profile_scope.h"
+#include "model/attention_inputs.h"
 #include "model/checkpoint_store.h"
 #include "model/rope.h"
 
@@ -13,6 +14,7 @@ namespace ulysses {
 // the forward pass; the rest is recomputed layer by layer in backward.
 struct LlamaModel::LayerActs {
   Tensor x_in, xn1, rstd1, q, k, v, attn, x_mid, xn2, rstd2;
+  QkNormSaved qk;  // q/k before their per-head norms (qk_norm only)
   Tensor gate, up, h;  // [N, F], kept only when the MLP is not tiled
   AttentionSaved saved;
   std::vector<AttentionSaved> chunks;  // --head-chunks: per chunk, lse (and out where it is kept)
@@ -43,7 +45,8 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, Communicator& sp
                  chunked_attention(backend, weights.config(), options, sp_group.size(),
                                    [&](int64_t h, int64_t hkv) {
                                      return make_sequence_attention(backend, sp_group, h, hkv,
-                                                                    weights.config().head_dim);
+                                                                    weights.config().head_dim,
+                                                                    weights.config().attention_scale());
                                    }),
                  options) {}
 
@@ -51,7 +54,8 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, const ProcessMes
     : LlamaModel(weights, backend,
                  chunked_attention(backend, weights.config(), options, mesh.ulysses_size(),
                                    [&](int64_t h, int64_t hkv) {
-                                     return make_sequence_attention(backend, mesh, h, hkv, weights.config().head_dim);
+                                     return make_sequence_attention(backend, mesh, h, hkv, weights.config().head_dim,
+                                                                    weights.config().attention_scale());
                                    }),
                  options) {}
 
@@ -116,8 +120,7 @@ void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, con
 void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tensor& x_out,
                                const KeptAttention* kept) {
   LlamaWeights::Layer& L = w_.layer(l);
-  const int64_t N = x_in.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, Hkv = c_.num_key_value_heads,
-                d = c_.head_dim;
+  const int64_t N = x_in.dim(0), D = c_.hidden_size, H = c_.num_attention_heads, d = c_.head_dim;
   const DType t = be_.act_dtype();
   a.x_in = x_in;
   ProfileScope prof(be_, "rmsnorm");
@@ -128,19 +131,8 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
     prof.end();
     attention_forward_chunked(l, a, kept);
   } else {
-    prof.next("qkv projections");
-    a.q = be_.empty({N, H * d}, t);
-    a.k = be_.empty({N, Hkv * d}, t);
-    a.v = be_.empty({N, Hkv * d}, t);
-    linear(a.q, a.xn1, *L.wq);
-    linear(a.k, a.xn1, *L.wk);
-    linear(a.v, a.xn1, *L.wv);
-    a.q = a.q.reshape({N, H, d});
-    a.k = a.k.reshape({N, Hkv, d});
-    a.v = a.v.reshape({N, Hkv, d});
-    prof.next("rope");
-    be_.rope_forward(a.q, a.q, positions_, inv_freq_);
-    be_.rope_forward(a.k, a.k, positions_, inv_freq_);
+    prof.end();
+    qkv_forward(be_, c_, L, HeadRange::all(c_), a.xn1, positions_, inv_freq_, a.q, a.k, a.v, &a.qk);
     prof.next("attention");
     a.attn = be_.empty({N, H, d}, t);
     if (kept) attention_->restore(a.attn, a.saved, a.q, a.k, a.v, docs_, kept->out[0], kept->lse[0]);
@@ -150,29 +142,14 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
   prof.next("o-projection");
   a.x_mid = be_.empty({N, D}, t);
   be_.matmul_add(a.x_mid, a.attn, L.wo->value, false, true, x_in);  // x_mid = x_in + attn Wo^T
+  if (L.o_bias) be_.bias_add(a.x_mid, L.o_bias->value);
   prof.end();
   mlp_forward(l, a.x_mid, a, x_out);
 }
 
-void LlamaModel::project_qkv_chunk(int64_t l, int64_t c, const Tensor& xn1, Tensor& q, Tensor& k, Tensor& v) {
-  LlamaWeights::Layer& L = w_.layer(l);
-  const int64_t N = xn1.dim(0), C = options_.head_chunks, h = c_.num_attention_heads / C,
-                hkv = c_.num_key_value_heads / C, d = c_.head_dim;
-  const DType t = be_.act_dtype();
-  ProfileScope prof(be_, "qkv projections");
-  q = be_.empty({N, h * d}, t);
-  k = be_.empty({N, hkv * d}, t);
-  v = be_.empty({N, hkv * d}, t);
-  // The chunk's rows of Wq, Wk, Wv: heads [c h, (c + 1) h) and their kv heads [c hkv, (c + 1) hkv).
-  be_.matmul(q, xn1, L.wq->value.slice(c * h * d, (c + 1) * h * d), false, true);
-  be_.matmul(k, xn1, L.wk->value.slice(c * hkv * d, (c + 1) * hkv * d), false, true);
-  be_.matmul(v, xn1, L.wv->value.slice(c * hkv * d, (c + 1) * hkv * d), false, true);
-  q = q.reshape({N, h, d});
-  k = k.reshape({N, hkv, d});
-  v = v.reshape({N, hkv, d});
-  prof.next("rope");
-  be_.rope_forward(q, q, positions_, inv_freq_);
-  be_.rope_forward(k, k, positions_, inv_freq_);
+HeadRange LlamaModel::chunk_heads(int64_t c) const {
+  const int64_t C = options_.head_chunks, h = c_.num_attention_heads / C, hkv = c_.num_key_value_heads / C;
+  return {c * h, h, c * hkv, hkv};
 }
 
 void LlamaModel::attention_forward_chunked(int64_t l, LayerActs& a, const KeptAttention* kept) {
@@ -183,7 +160,7 @@ void LlamaModel::attention_forward_chunked(int64_t l, LayerActs& a, const KeptAt
   a.chunks.assign(static_cast<size_t>(C), AttentionSaved{});
   for (int64_t c = 0; c < C; ++c) {
     Tensor q, k, v;
-    project_qkv_chunk(l, c, a.xn1, q, k, v);
+    qkv_forward(be_, c_, w_.layer(l), chunk_heads(c), a.xn1, positions_, inv_freq_, q, k, v, nullptr);
     ProfileScope prof(be_, "attention");
     Tensor out = be_.empty({N, h, d}, t);
     AttentionSaved s;
@@ -209,8 +186,10 @@ void LlamaModel::attention_backward_chunked(int64_t l, LayerActs& a, const Tenso
   const DType t = be_.act_dtype();
   const Tensor attn = a.attn.reshape({N, H, d}), dout_all = dattn.reshape({N, H, d});
   for (int64_t c = 0; c < C; ++c) {
+    const HeadRange r = chunk_heads(c);
     Tensor q, k, v;
-    project_qkv_chunk(l, c, xn1, q, k, v);
+    QkNormSaved qk;
+    qkv_forward(be_, c_, L, r, xn1, positions_, inv_freq_, q, k, v, &qk);
     ProfileScope prof(be_, "attention");
     AttentionSaved& s = a.chunks[c];
     Tensor out;
@@ -226,9 +205,9 @@ void LlamaModel::attention_backward_chunked(int64_t l, LayerActs& a, const Tenso
     attention_->backward(dq, dk, dv, dout, s, docs_);
     s = AttentionSaved{};
     dout = Tensor{};
-    prof.next("rope");
-    be_.rope_backward(dq, dq, positions_, inv_freq_);
-    be_.rope_backward(dk, dk, positions_, inv_freq_);
+    prof.end();
+    qkv_backward(be_, grads_, c_, L, r, positions_, inv_freq_, dq, dk, dv, qk);
+    qk = QkNormSaved{};
     prof.next("qkv projections");
     const auto rows = [&](Parameter& w, const Tensor& dy, int64_t r0, int64_t r1, bool accumulate) {
       Tensor wv = w.value.slice(r0, r1), wg = grads_.target(w).slice(r0, r1);
@@ -328,6 +307,7 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   prof.next("o-projection");
   Tensor dattn = be_.empty({N, H * d}, t);
   linear_backward(dattn, *L.wo, d_mid, a.attn, false);
+  if (L.o_bias) be_.bias_backward(grads_.target(*L.o_bias), d_mid);
   if (options_.head_chunks > 1) {
     prof.next("rmsnorm");
     Tensor xn1 = be_.empty({N, D}, t);
@@ -353,9 +333,9 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   prof.next("rmsnorm");
   Tensor xn1 = be_.empty({N, D}, t);
   be_.rmsnorm_forward(xn1, a.rstd1, a.x_in, L.input_norm->value, c_.rms_norm_eps);
-  prof.next("rope");
-  be_.rope_backward(dq, dq, positions_, inv_freq_);
-  be_.rope_backward(dk, dk, positions_, inv_freq_);
+  prof.end();
+  qkv_backward(be_, grads_, c_, L, HeadRange::all(c_), positions_, inv_freq_, dq, dk, dv, a.qk);
+  a.qk = QkNormSaved{};
   prof.next("qkv projections");
   Tensor dxn1 = be_.empty({N, D}, t);
   linear_backward(dxn1, *L.wq, dq.reshape({N, H * d}), xn1, false);
@@ -425,7 +405,7 @@ void LlamaModel::begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor&
   ids = upload(shard.ids);
   targets = upload(shard.targets);
   positions_ = upload(shard.positions);
-  docs_ = make_documents(be_, shard.doc_start);
+  docs_ = make_documents(be_, shard.doc_start, c_.sliding_window);
 }
 
 double LlamaModel::forward_loss(const SequenceShard& shard) {

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/documents.h"
+#include "model/attention_inputs.h"
 #include "model/batch.h"
 #include "model/gradient_accumulator.h"
 #include "model/llama_weights.h"
@@ -73,8 +74,8 @@ class LlamaModel {
   // keeps each chunk's lse; backward recomputes each chunk's q/k/v from the rebuilt normed input).
   void attention_forward_chunked(int64_t l, LayerActs& a, const KeptAttention* kept);
   void attention_backward_chunked(int64_t l, LayerActs& a, const Tensor& dattn, Tensor& dxn1, const Tensor& xn1);
-  // q, k, v of head chunk c ([N, H/C, d], [N, Hkv/C, d]) from the normed input, RoPE applied.
-  void project_qkv_chunk(int64_t l, int64_t c, const Tensor& xn1, Tensor& q, Tensor& k, Tensor& v);
+  // The heads of chunk c (--head-chunks): H/C query heads and their Hkv/C kv heads.
+  HeadRange chunk_heads(int64_t c) const;
   void mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tensor& x_out);
   void mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid);
   int64_t mlp_tile_tokens(int64_t N) const;

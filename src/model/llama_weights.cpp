@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "comm/communicator.h"
 #include "parallel/collectives.h"
@@ -28,7 +29,8 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, ParameterShar
     return params_.size() - 1;
   };
   embed_ = add("model.embed_tokens.weight", {V, D});
-  struct Idx { size_t in, q, k, v, o, post, g, u, d; };
+  constexpr size_t kNone = SIZE_MAX;
+  struct Idx { size_t in, q, k, v, o, post, g, u, d, qb = kNone, kb = kNone, vb = kNone, ob = kNone, qn = kNone, kn = kNone; };
   std::vector<Idx> idx;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -42,14 +44,33 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, ParameterShar
     i.g = add(p + "mlp.gate_proj.weight", {F, D});
     i.u = add(p + "mlp.up_proj.weight", {F, D});
     i.d = add(p + "mlp.down_proj.weight", {D, F});
+    if (c.qkv_bias) {
+      i.qb = add(p + "self_attn.q_proj.bias", {c.q_dim()});
+      i.kb = add(p + "self_attn.k_proj.bias", {c.kv_dim()});
+      i.vb = add(p + "self_attn.v_proj.bias", {c.kv_dim()});
+    }
+    if (c.o_bias) i.ob = add(p + "self_attn.o_proj.bias", {D});
+    if (c.qk_norm) {
+      i.qn = add(p + "self_attn.q_norm.weight", {c.head_dim});
+      i.kn = add(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
     idx.push_back(i);
   }
   final_norm_ = add("model.norm.weight", {D});
   lm_head_ = c.tie_word_embeddings ? embed_ : add("lm_head.weight", {V, D});
   // Pointers only after params_ stops growing.
-  for (const Idx& i : idx)
-    layers_.push_back(Layer{&params_[i.in], &params_[i.q], &params_[i.k], &params_[i.v], &params_[i.o],
-                            &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]});
+  const auto at = [&](size_t i) { return i == kNone ? nullptr : &params_[i]; };
+  for (const Idx& i : idx) {
+    Layer L{&params_[i.in], &params_[i.q], &params_[i.k], &params_[i.v], &params_[i.o],
+            &params_[i.post], &params_[i.g], &params_[i.u], &params_[i.d]};
+    L.q_bias = at(i.qb);
+    L.k_bias = at(i.kb);
+    L.v_bias = at(i.vb);
+    L.o_bias = at(i.ob);
+    L.q_norm = at(i.qn);
+    L.k_norm = at(i.kn);
+    layers_.push_back(L);
+  }
 }
 
 void all_gather_blocks(Communicator& group, Backend& backend, Tensor& flat) {
@@ -173,7 +194,8 @@ void LlamaWeights::init_random(Backend& backend, uint64_t seed) {
     Tensor host = Tensor::empty(p.shape, DType::F32);
     float* x = host.data<float>();
     const int64_t n = host.numel();
-    const bool is_norm = p.shape.size() == 1;
+    const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = p.shape.size() == 1 && !is_bias;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
       uint64_t z = seed * 0x9E3779B97F4A7C15ull + (static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(i);
@@ -181,7 +203,7 @@ void LlamaWeights::init_random(Backend& backend, uint64_t seed) {
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
       z ^= z >> 31;
       const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-      x[i] = is_norm ? 1.0f : (2.0f * u - 1.0f) * a;
+      x[i] = is_bias ? 0.0f : is_norm ? 1.0f : (2.0f * u - 1.0f) * a;
     }
     set_value(backend, p, host);
   }

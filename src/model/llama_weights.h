@@ -1,4 +1,5 @@
-// The parameters of a Llama model, named as in Hugging Face's named_parameters(),
+// The parameters of a decoder model (ModelConfig says which a layer has), named as in
+// Hugging Face's named_parameters(),
 // with a gradient buffer for each.
 #pragma once
 #include <array>
@@ -60,6 +61,8 @@ void settle_grad(Parameter& p, Backend& backend);
 
 class LlamaWeights {
  public:
+  // One decoder layer's parameters; those the architecture lacks (ModelConfig: biases, q/k
+  // norms) are null.
   struct Layer {
     Parameter* input_norm;  // [D]
     Parameter* wq;          // [H*d, D]
@@ -70,8 +73,18 @@ class LlamaWeights {
     Parameter* w_gate;      // [F, D]
     Parameter* w_up;        // [F, D]
     Parameter* w_down;      // [D, F]
-    std::array<Parameter*, 9> all() const {
-      return {input_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down};
+    Parameter* q_bias = nullptr;  // [H*d]    (qkv_bias)
+    Parameter* k_bias = nullptr;  // [Hkv*d]
+    Parameter* v_bias = nullptr;  // [Hkv*d]
+    Parameter* o_bias = nullptr;  // [D]      (o_bias)
+    Parameter* q_norm = nullptr;  // [d]      (qk_norm)
+    Parameter* k_norm = nullptr;  // [d]
+    // Every parameter the layer has, in the order of the safetensors names.
+    std::vector<Parameter*> all() const {
+      std::vector<Parameter*> v{input_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down};
+      for (Parameter* p : {q_bias, k_bias, v_bias, o_bias, q_norm, k_norm})
+        if (p) v.push_back(p);
+      return v;
     }
   };
 
@@ -85,7 +98,7 @@ class LlamaWeights {
   // Allocates values (or shards) and gradients on the backend and loads the values from a
   // model folder, checking every tensor's presence, dtype and shape against config.json.
   void load(const ModelFolder& folder, Backend& backend);
-  // Allocates and fills with a deterministic random init (uniform, std 0.02; norms 1).
+  // Allocates and fills with a deterministic random init (uniform, std 0.02; norms 1; biases 0).
   void init_random(Backend& backend, uint64_t seed);
   // Whole float32 gradients are only marked unset (Parameter::grad_unset): the backward's first
   // contribution to each overwrites it. Others (bfloat16, sharded) are zeroed here.

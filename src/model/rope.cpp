@@ -1,10 +1,46 @@
 #include "model/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 
 namespace ulysses {
+namespace {
+
+// YaRN (transformers' _compute_yarn_parameters): frequencies that turn fewer than beta_slow
+// times over the pretrained context are interpolated (divided by factor), those that turn
+// more than beta_fast times kept, with a linear ramp over the dimensions in between.
+std::vector<float> yarn_inv_freq(const RopeConfig& rope, int64_t dim, const std::vector<float>& extrapolated) {
+  const double base = rope.theta, ctx = static_cast<double>(rope.original_max_position_embeddings);
+  const double pi = 3.14159265358979323846;
+  // The dimension at which a frequency turns `rotations` times over the pretrained context.
+  const auto correction_dim = [&](double rotations) {
+    return static_cast<double>(dim) * std::log(ctx / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
+  };
+  double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+  if (rope.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // as transformers: no zero-width ramp
+  const float factor = static_cast<float>(rope.factor);
+  std::vector<float> inv(extrapolated.size());
+  for (size_t i = 0; i < inv.size(); ++i) {
+    // transformers computes the ramp in float32.
+    float ramp = (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low);
+    ramp = std::min(1.0f, std::max(0.0f, ramp));
+    const float keep = 1.0f - ramp;  // the share of the extrapolated (unscaled) frequency
+    const float pos_freq = std::pow(static_cast<float>(rope.theta), static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float interpolated = 1.0f / (factor * pos_freq);
+    inv[i] = interpolated * (1.0f - keep) + extrapolated[i] * keep;
+  }
+  return inv;
+}
+
+}  // namespace
 
 std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
   ULY_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even, got " << head_dim);
@@ -16,7 +52,13 @@ std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
     inv[i] = 1.0f / std::pow(static_cast<float>(rope.theta), expo);
   }
   if (rope.type == "default") return inv;
-  ULY_CHECK(rope.type == "llama3", "rope: unsupported rope type '" << rope.type << "' (supported: default, llama3)");
+  if (rope.type == "linear") {  // positions divided by factor, i.e. every frequency
+    for (float& f : inv) f /= static_cast<float>(rope.factor);
+    return inv;
+  }
+  if (rope.type == "yarn") return yarn_inv_freq(rope, head_dim, inv);
+  ULY_CHECK(rope.type == "llama3", "rope: unsupported rope type '" << rope.type << "' (supported: "
+                                                                   << kSupportedRopeTypes << ")");
   // llama3: long wavelengths are divided by `factor`, short ones kept, and the
   // band in between interpolated smoothly.
   const float factor = static_cast<float>(rope.factor);

@@ -1,5 +1,5 @@
-// Rotary embedding frequencies, as transformers computes them (default and the
-// "llama3" frequency scaling).
+// Rotary embedding frequencies, as transformers computes them: default, and the linear,
+// yarn and llama3 scalings (yarn's attention factor is ModelConfig::attention_scale's).
 #pragma once
 #include <vector>
 

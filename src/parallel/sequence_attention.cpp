@@ -13,24 +13,23 @@ namespace {
 // or one ring rank's share of it (kernel: ring attention).
 class LocalAttention : public SequenceAttention {
  public:
-  LocalAttention(Backend& backend, std::unique_ptr<AttentionKernel> kernel)
-      : backend_(backend), kernel_(std::move(kernel)) {}
+  LocalAttention(Backend& backend, double scale, std::unique_ptr<AttentionKernel> kernel)
+      : backend_(backend), scale_(scale), kernel_(std::move(kernel)) {}
 
   void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                const Documents& docs) override {
-    const int64_t S = q.dim(0), H = q.dim(1), d = q.dim(2);
+    const int64_t S = q.dim(0), H = q.dim(1);
     saved.q = q;
     saved.k = k;
     saved.v = v;
     saved.out = out;
     saved.lse = backend_.empty({H, S}, DType::F32);
-    kernel_->forward(out, saved.lse, q, k, v, docs, 1.0 / std::sqrt(static_cast<double>(d)));
+    kernel_->forward(out, saved.lse, q, k, v, docs, scale_);
   }
 
   void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const AttentionSaved& s,
                 const Documents& docs) override {
-    const double scale = 1.0 / std::sqrt(static_cast<double>(s.q.dim(2)));
-    kernel_->backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, docs, scale);
+    kernel_->backward(dq, dk, dv, dout, s.out, s.lse, s.q, s.k, s.v, docs, scale_);
   }
 
   void restore(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -53,6 +52,7 @@ class LocalAttention : public SequenceAttention {
 
  private:
   Backend& backend_;
+  double scale_;
   std::unique_ptr<AttentionKernel> kernel_;
 };
 
@@ -99,24 +99,24 @@ void check_head_chunks(int64_t H, int64_t Hkv, int64_t P, int64_t chunks) {
 }
 
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,
-                                                           int64_t Hkv, int64_t d) {
+                                                           int64_t Hkv, int64_t d, double scale) {
   if (sp_group.size() == 1)
-    return std::make_unique<LocalAttention>(backend, std::make_unique<LocalAttentionKernel>(backend));
-  return std::make_unique<UlyssesAttention>(backend, sp_group, H, Hkv, d);
+    return std::make_unique<LocalAttention>(backend, scale, std::make_unique<LocalAttentionKernel>(backend));
+  return std::make_unique<UlyssesAttention>(backend, sp_group, H, Hkv, d, scale);
 }
 
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& ulysses_group,
                                                            Communicator& ring_group, bool zigzag, int64_t H,
-                                                           int64_t Hkv, int64_t d) {
-  if (ring_group.size() == 1) return make_sequence_attention(backend, ulysses_group, H, Hkv, d);
+                                                           int64_t Hkv, int64_t d, double scale) {
+  if (ring_group.size() == 1) return make_sequence_attention(backend, ulysses_group, H, Hkv, d, scale);
   auto ring = std::make_unique<RingAttention>(backend, ring_group, zigzag);
-  if (ulysses_group.size() == 1) return std::make_unique<LocalAttention>(backend, std::move(ring));
-  return std::make_unique<UlyssesAttention>(backend, ulysses_group, H, Hkv, d, std::move(ring));
+  if (ulysses_group.size() == 1) return std::make_unique<LocalAttention>(backend, scale, std::move(ring));
+  return std::make_unique<UlyssesAttention>(backend, ulysses_group, H, Hkv, d, scale, std::move(ring));
 }
 
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, const ProcessMesh& mesh, int64_t H,
-                                                           int64_t Hkv, int64_t d) {
-  return make_sequence_attention(backend, mesh.ulysses(), mesh.ring(), mesh.zigzag(), H, Hkv, d);
+                                                           int64_t Hkv, int64_t d, double scale) {
+  return make_sequence_attention(backend, mesh.ulysses(), mesh.ring(), mesh.zigzag(), H, Hkv, d, scale);
 }
 
 }  // namespace ulysses

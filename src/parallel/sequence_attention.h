@@ -49,17 +49,18 @@ void check_head_chunks(int64_t H, int64_t Hkv, int64_t P, int64_t chunks);
 
 // Local attention when the group has one rank, Ulysses otherwise. H, Hkv: the heads of one call
 // (a head chunk's, with --head-chunks).
+// scale: the softmax scale (ModelConfig::attention_scale: 1/sqrt(d), times YaRN's factor squared).
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& sp_group, int64_t H,
-                                                           int64_t Hkv, int64_t d);
+                                                           int64_t Hkv, int64_t d, double scale);
 // The hybrid mesh (parallel/mesh.h): Ulysses all-to-all inside `ulysses_group`, ring
 // attention across `ring_group` (rows laid out by parallel/token_layout.h, zigzag or not).
 // A group of one rank drops out: ring 1 is the call above, ulysses 1 is pure ring attention
 // (no head-count limit). Both groups must outlive the attention.
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, Communicator& ulysses_group,
                                                            Communicator& ring_group, bool zigzag, int64_t H,
-                                                           int64_t Hkv, int64_t d);
+                                                           int64_t Hkv, int64_t d, double scale);
 // The same over a mesh's Ulysses and ring groups.
 std::unique_ptr<SequenceAttention> make_sequence_attention(Backend& backend, const ProcessMesh& mesh, int64_t H,
-                                                           int64_t Hkv, int64_t d);
+                                                           int64_t Hkv, int64_t d, double scale);
 
 }  // namespace ulysses

@@ -8,8 +8,8 @@
 namespace ulysses {
 
 UlyssesAttention::UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d,
-                                   std::unique_ptr<AttentionKernel> kernel)
-    : backend_(backend), comm_(sp_group), H_(H), Hkv_(Hkv), d_(d), P_(sp_group.size()),
+                                   double scale, std::unique_ptr<AttentionKernel> kernel)
+    : backend_(backend), comm_(sp_group), H_(H), Hkv_(Hkv), d_(d), P_(sp_group.size()), scale_(scale),
       kernel_(kernel ? std::move(kernel) : std::make_unique<LocalAttentionKernel>(backend)) {
   check_ulysses_degree(H, Hkv, P_, P_);
   heads_per_rank_ = H / P_;
@@ -61,7 +61,7 @@ void UlyssesAttention::forward(Tensor& out, AttentionSaved& saved, const Tensor&
   saved.v = scatter_heads(v, kv_per_rank_, true);
   saved.out = backend_.empty({S, heads_per_rank_, d_}, q.dtype());
   saved.lse = backend_.empty({heads_per_rank_, S}, DType::F32);
-  kernel_->forward(saved.out, saved.lse, saved.q, saved.k, saved.v, docs, 1.0 / std::sqrt(static_cast<double>(d_)));
+  kernel_->forward(saved.out, saved.lse, saved.q, saved.k, saved.v, docs, scale_);
   gather_heads(out, saved.out, heads_per_rank_, false);
 }
 
@@ -94,7 +94,7 @@ void UlyssesAttention::backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor
   Tensor dk_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
   Tensor dv_full = backend_.empty({S, kv_per_rank_, d_}, dout.dtype());
   kernel_->backward(dq_full, dk_full, dv_full, dout_full, s.out, s.lse, s.q, s.k, s.v, docs,
-                    1.0 / std::sqrt(static_cast<double>(d_)));
+                    scale_);
   gather_heads(dq, dq_full, heads_per_rank_, false);
   gather_heads(dk, dk_full, kv_per_rank_, true);
   gather_heads(dv, dv_full, kv_per_rank_, true);

@@ -14,7 +14,8 @@ namespace ulysses {
 class UlyssesAttention : public SequenceAttention {
  public:
   // kernel: null for the backend's attention over the whole gathered sequence.
-  UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d,
+  // scale: the softmax scale (ModelConfig::attention_scale).
+  UlyssesAttention(Backend& backend, Communicator& sp_group, int64_t H, int64_t Hkv, int64_t d, double scale,
                    std::unique_ptr<AttentionKernel> kernel = nullptr);
   void forward(Tensor& out, AttentionSaved& saved, const Tensor& q, const Tensor& k, const Tensor& v,
                const Documents& docs) override;
@@ -36,6 +37,7 @@ class UlyssesAttention : public SequenceAttention {
   Backend& backend_;
   Communicator& comm_;
   int64_t H_, Hkv_, d_, P_;
+  double scale_;
   int64_t heads_per_rank_, kv_per_rank_;
   std::unique_ptr<AttentionKernel> kernel_;
 };

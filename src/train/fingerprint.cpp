@@ -42,12 +42,14 @@ json run_fingerprint(const TrainConfig& c, const ModelConfig& m, const Checkpoin
                 {"tie_word_embeddings", m.tie_word_embeddings},
                 {"rope_type", m.rope.type},
                 {"rope_theta", m.rope.theta}};
-  if (m.rope.type == "llama3") {
-    model["rope_factor"] = m.rope.factor;
-    model["rope_low_freq_factor"] = m.rope.low_freq_factor;
-    model["rope_high_freq_factor"] = m.rope.high_freq_factor;
-    model["rope_original_max_position_embeddings"] = m.rope.original_max_position_embeddings;
-  }
+  // Written only where they differ from Llama's, so checkpoints from before they existed still match.
+  const json rope = m.rope.scaling_fields();  // items() must not outlive the object it walks
+  for (const auto& [k, v] : rope.items()) model["rope_" + k] = v;
+  if (m.architecture != "LlamaForCausalLM") model["architecture"] = m.architecture;
+  if (m.qkv_bias) model["qkv_bias"] = true;
+  if (m.o_bias) model["o_bias"] = true;
+  if (m.qk_norm) model["qk_norm"] = true;
+  if (m.sliding_window > 0) model["sliding_window"] = m.sliding_window;
   const json& cfg = c.as_json;
   json mesh_json = {{"world", mesh.world}, {"sp", mesh.sp}, {"dp", mesh.dp}};
   // The ring degree and the token layout change which rank holds which tokens and the

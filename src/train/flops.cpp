@@ -12,9 +12,13 @@ StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens,
   const double n = dense_matmul_params(c);
   const double hdl = static_cast<double>(c.num_attention_heads) * c.head_dim * c.num_hidden_layers;
   double tokens = 0, s2 = 0;
+  const double W = static_cast<double>(c.sliding_window);
   for (int64_t s : seq_lens) {
-    tokens += static_cast<double>(s);
-    s2 += static_cast<double>(s) * static_cast<double>(s);
+    const double S = static_cast<double>(s);
+    tokens += S;
+    // A sliding window shorter than the sequence: the query-key pairs it sees, W S - W (W - 1) / 2,
+    // as a causal sequence's S^2 / 2 are counted (S^2).
+    s2 += W > 0 && W < S ? 2.0 * (W * S - W * (W - 1.0) / 2.0) : S * S;
   }
   StepFlops f;
   f.alst = (recompute ? 8.0 : 6.0) * n * tokens + (recompute ? 16.0 : 12.0) * s2 * hdl;

@@ -14,7 +14,8 @@ struct StepFlops {
   double alst = 0;    // (m_d N_dense T + m_a S² H d L), m_d = 8 / m_a = 16 with recompute, 6 / 12 without
   double useful = 0;  // 6 N_dense T + 7 S² H d L (causal attention, no recompute): the MFU numerator
 };
-// seq_lens: the length of every sequence in the step (tokens T = their sum).
+// seq_lens: the length of every sequence in the step (tokens T = their sum). With a sliding
+// window the S^2 terms count the pairs the window leaves (2 (W S - W (W - 1) / 2) for W < S).
 StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens, bool recompute);
 
 constexpr double kH100PeakBf16Flops = 989e12;  // dense bf16, H100/H200 SXM

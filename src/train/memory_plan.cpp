@@ -65,7 +65,7 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
     LlamaModel model(weights, *backend,
                      make_sequence_attention(*backend, *ulysses, *ring, layout.zigzag(),
                                              c.num_attention_heads / chunks, c.num_key_value_heads / chunks,
-                                             c.head_dim),
+                                             c.head_dim, c.attention_scale()),
                      r.options);
     TokenBatch batch;  // one sequence of the planned length; the values do not matter
     batch.B = 1;

@@ -20,6 +20,9 @@ const char* kDefaultsYaml = R"(# ulysses train: every key and its default.
 model: ""               # Hugging Face model folder to start from
 model_config: ""        # or: a named shape (tiny, llama-3.2-1b, ...) or a config.json, randomly initialised
 num_layers: 0           # > 0: override the number of layers (random init only)
+rope_scaling: null      # a RoPE scaling to train with instead of the model's, e.g. a context extension
+                        # {rope_type: yarn, factor: 4.0, original_max_position_embeddings: 32768} (types: default,
+                        # linear, yarn, llama3; fields as in config.json); written into the checkpoints' config.json
 init_seed: 0
 data:
   train: ""             # folder of shards from `ulysses prepare` (train-*.tokens) or one .tokens file
@@ -155,6 +158,11 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
     ULY_CHECK(base.contains(it.key()),
               source << ": unknown key '" << k << "' (did you mean '" << nearest(k, all_keys) << "'?)");
     nlohmann::json& slot = base[it.key()];
+    if (slot.is_null()) {  // a free-form block (rope_scaling), checked where it is read
+      ULY_CHECK(it->is_object() || it->is_null(), source << ": key '" << k << "' expects a mapping, got " << shown(*it));
+      slot = *it;
+      continue;
+    }
     if (slot.is_object()) {
       merge_checked(slot, *it, k, all_keys, source);
       continue;
@@ -300,6 +308,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.model = cfg["model"];
   c.model_config = cfg["model_config"];
   c.num_layers = cfg["num_layers"];
+  c.rope_scaling = cfg["rope_scaling"];
   c.init_seed = cfg["init_seed"].get<int64_t>();
   c.train_data = cfg["data"]["train"];
   c.val_data = cfg["data"]["val"];

@@ -18,6 +18,9 @@ struct TrainConfig {
   // a config.json) for a random init with init_seed.
   std::string model;
   std::string model_config;
+  // rope_scaling: a config.json rope block (rope_type, factor, ...) replacing the model's RoPE
+  // scaling for this run and in its checkpoints; null keeps the model's.
+  nlohmann::json rope_scaling;
   int64_t num_layers = 0;  // > 0 overrides the model's layer count (random init only)
   uint64_t init_seed = 0;
 

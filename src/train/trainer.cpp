@@ -59,11 +59,24 @@ std::string format_duration(double s) {
 
 ModelConfig model_config_for(const TrainConfig& c) {
   ModelConfig mc;
-  if (!c.model.empty()) return ModelFolder::open(c.model).config();
-  if (!named_model_config(c.model_config, &mc)) mc = load_hf_config(c.model_config);
-  if (c.num_layers > 0) {
-    mc.num_hidden_layers = c.num_layers;
-    mc.raw["num_hidden_layers"] = c.num_layers;
+  if (!c.model.empty()) {
+    mc = ModelFolder::open(c.model).config();
+  } else {
+    if (!named_model_config(c.model_config, &mc)) mc = load_hf_config(c.model_config);
+    if (c.num_layers > 0) {
+      mc.num_hidden_layers = c.num_layers;
+      mc.raw["num_hidden_layers"] = c.num_layers;
+    }
+  }
+  if (!c.rope_scaling.is_null()) {
+    // Read as config.json's 5.x block (theta the model's unless given), then written back into
+    // the config in the layout the model's file uses.
+    nlohmann::json block = c.rope_scaling;
+    if (!block.contains("rope_theta")) block["rope_theta"] = mc.rope.theta;
+    const nlohmann::json as_config = {{"rope_parameters", block},
+                                      {"max_position_embeddings", mc.max_position_embeddings}};
+    mc.rope = parse_rope(as_config, "train config 'rope_scaling'", mc.max_position_embeddings);
+    mc.raw = hf_config_json(mc);
   }
   return mc;
 }

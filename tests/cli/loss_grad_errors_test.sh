@@ -39,8 +39,8 @@ expect_error "shape does not match config.json" "shape.*config.json" \
   "$ULYSSES" loss-grad --model "$TMP/shape" --batch "$F/batch.safetensors" --out "$TMP/o.st"
 
 mkdir -p "$TMP/arch" && cp "$F/model/model.safetensors" "$TMP/arch/"
-python3 -c "import json; c=json.load(open('$F/model/config.json')); c['architectures']=['MistralForCausalLM']; c['model_type']='mistral'; json.dump(c,open('$TMP/arch/config.json','w'))"
-expect_error "unsupported architecture" "config.json.*(Mistral|mistral).*(support|Llama)" \
+python3 -c "import json; c=json.load(open('$F/model/config.json')); c['architectures']=['GemmaForCausalLM']; c['model_type']='gemma'; json.dump(c,open('$TMP/arch/config.json','w'))"
+expect_error "unsupported architecture" "config.json.*Gemma.*not supported.*LlamaForCausalLM, MistralForCausalLM" \
   "$ULYSSES" loss-grad --model "$TMP/arch" --batch "$F/batch.safetensors" --out "$TMP/o.st"
 
 mkdir -p "$TMP/dtype" && cp "$F/model/config.json" "$TMP/dtype/"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -355,16 +356,21 @@ TEST_F(CudaBackendTest, EmbeddingLossAddAxpyHeadsAgainstCpu) {
 }
 
 // A dispatch check (argument order, shapes, workspace): the kernel's precision is attention_test's job.
-TEST_F(CudaBackendTest, AttentionDispatchAgainstCpu) {
-  const int64_t S = 96, H = 4, Hkv = 2, d = 64;
+// Without a window, and with sliding windows (Mistral) shorter than the documents: the window is
+// folded into the first keys and runs our kernels (cuDNN's ragged form reads only the bounds).
+class CudaAttentionDispatch : public CudaBackendTest, public ::testing::WithParamInterface<std::array<int64_t, 3>> {};
+
+TEST_P(CudaAttentionDispatch, AgainstCpu) {
+  const int64_t S = GetParam()[0], window = GetParam()[1], d = GetParam()[2], H = 4, Hkv = 2;
+  const int64_t split = S * 2 / 5;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<int32_t> ds(S);
-  for (int64_t i = 0; i < S; ++i) ds[i] = i < 40 ? 0 : 40;  // two packed documents
+  for (int64_t i = 0; i < S; ++i) ds[i] = i < split ? 0 : static_cast<int32_t>(split);  // two packed documents
   const Tensor q = bf16_rounded(host_random({S, H, d}, 60)), k = bf16_rounded(host_random({S, Hkv, d}, 61)),
                v = bf16_rounded(host_random({S, Hkv, d}, 62)), dout = bf16_rounded(host_random({S, H, d}, 63));
   Tensor dq_ = dev(q, DType::BF16), dk_ = dev(k, DType::BF16), dv_ = dev(v, DType::BF16);
   Tensor out = poisoned({S, H, d}, DType::BF16), lse = poisoned({H, S}, DType::F32);
-  const Documents gdocs = make_documents(*gpu, ds), cdocs = make_documents(*cpu, ds);
+  const Documents gdocs = make_documents(*gpu, ds, window), cdocs = make_documents(*cpu, ds, window);
   gpu->attention_forward(out, lse, dq_, dk_, dv_, gdocs, scale);
   Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
   cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
@@ -379,6 +385,42 @@ TEST_F(CudaBackendTest, AttentionDispatchAgainstCpu) {
   expect_close(gq, rq, 5e-2, "attention dq");
   expect_close(gk, rk, 5e-2, "attention dk");
   expect_close(gv, rv, 5e-2, "attention dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, CudaAttentionDispatch,
+                         ::testing::Values(std::array<int64_t, 3>{96, 0, 64}, std::array<int64_t, 3>{96, 17, 64},
+                                           std::array<int64_t, 3>{700, 150, 128}, std::array<int64_t, 3>{700, 64, 64},
+                                           std::array<int64_t, 3>{700, 0, 128}));
+
+// A linear layer's bias (Qwen2): added to every row in bf16 and fp32, its gradient summed over the
+// rows in float32 (added to what the gradient held).
+TEST_F(CudaBackendTest, BiasAgainstCpu) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    auto be = dt == DType::BF16 ? make_cuda_backend(0) : make_cuda_backend(0, DType::F32);
+    const int64_t N = 1000, n = 70;
+    const Tensor y0 = bf16_rounded(host_random({N, n}, 130)), b = bf16_rounded(host_random({n}, 131)),
+                 dy = bf16_rounded(host_random({N, n}, 132)), db0 = host_random({n}, 133);
+    auto up = [&](const Tensor& h, DType t) {
+      Tensor x = be->empty(h.shape(), t);
+      be->copy(x, h);
+      return x;
+    };
+    auto down = [&](const Tensor& t) {
+      Tensor h = Tensor::empty(t.shape(), DType::F32);
+      be->copy(h, t);
+      return h;
+    };
+    Tensor y = up(y0, dt), db = up(db0, DType::F32);
+    be->bias_add(y, up(b, dt));
+    be->bias_backward(db, up(dy, dt));
+    Tensor ry = Tensor::empty({N, n}, DType::F32), rdb = Tensor::empty({n}, DType::F32);
+    cpu->copy(ry, y0);
+    cpu->copy(rdb, db0);
+    cpu->bias_add(ry, b);
+    cpu->bias_backward(rdb, dy);
+    EXPECT_LE(test::rel_error(down(y), ry), dt == DType::BF16 ? 1e-2 : 1e-6) << dtype_name(dt);
+    EXPECT_LE(test::rel_error(down(db), rdb), 1e-5) << dtype_name(dt);
+  }
 }
 
 TEST_F(CudaBackendTest, AllocatorAccountingAndOutOfMemory) {
@@ -481,7 +523,7 @@ TEST_F(CudaBackendTest, AsyncCopiesAreOrderedAfterTheComputeStreamAndBeforeTheir
 TEST_F(CudaBackendTest, Fp32BackendAttentionMatchesCpuTightly) {
   auto gpu32 = make_cuda_backend(0, DType::F32);
   EXPECT_EQ(gpu32->act_dtype(), DType::F32);
-  for (int64_t d : {8, 64}) {
+  for (const auto [d, window] : {std::pair<int64_t, int64_t>{8, 0}, {64, 0}, {64, 13}}) {
     const int64_t S = 80, H = 4, Hkv = 2;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<int32_t> ds(S);
@@ -500,7 +542,7 @@ TEST_F(CudaBackendTest, Fp32BackendAttentionMatchesCpuTightly) {
     };
     Tensor out = gpu32->empty({S, H, d}, DType::F32), lse = gpu32->empty({H, S}, DType::F32);
     const Tensor gq = up(q), gk = up(k), gv = up(v);
-    const Documents gdocs = make_documents(*gpu32, ds), cdocs = make_documents(*cpu, ds);
+    const Documents gdocs = make_documents(*gpu32, ds, window), cdocs = make_documents(*cpu, ds, window);
     gpu32->attention_forward(out, lse, gq, gk, gv, gdocs, scale);
     Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
     cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);

@@ -251,6 +251,22 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void bias_add_impl(Tensor& y, const Tensor& b) override {
+    const int64_t n = b.numel(), N = n == 0 ? 0 : y.numel() / n;
+    dispatch(y.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cpu::bias_add(ptr<T>(y), ptr<T>(b), N, n);
+    });
+  }
+
+  void bias_backward_impl(Tensor& db, const Tensor& dy) override {
+    const int64_t n = db.numel(), N = n == 0 ? 0 : dy.numel() / n;
+    dispatch(dy.dtype(), [&](auto t) {
+      using T = decltype(t);
+      cpu::bias_backward(ptr<T>(db), ptr<T>(dy), N, n);
+    });
+  }
+
   void add_impl(Tensor& y, const Tensor& a, const Tensor& b) override {
     dispatch(y.dtype(), [&](auto t) {
       using T = decltype(t);

@@ -29,6 +29,13 @@ template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t D,
                       bool accumulate_dx = false);
 
+// ---- bias of a linear layer ---------------------------------------------------------
+// y: [N, n] += b: [n] on every row; db: [n] += the sum of dy: [N, n] over the rows.
+template <class T>
+void bias_add(T* y, const T* b, int64_t N, int64_t n);
+template <class T>
+void bias_backward(T* db, const T* dy, int64_t N, int64_t n);
+
 // ---- rotary embedding (Hugging Face "rotate_half" layout) --------------------------
 // For i < d/2 with angle a = float(pos) * inv_freq[i] evaluated in float32 (as
 // transformers does): out[i] = x[i] cos a - x[i + d/2] sin a,

@@ -101,6 +101,8 @@ class CudaBackend : public Backend {
                        const Tensor& R) override;
   void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
                    double beta) override;
+  void bias_add_impl(Tensor& y, const Tensor& b) override;
+  void bias_backward_impl(Tensor& db, const Tensor& dy) override;
   void add_impl(Tensor& y, const Tensor& a, const Tensor& b) override;
   void axpy_impl(Tensor& y, const Tensor& x, double alpha) override;
   // x: host (a float dtype, or int32/int64 for sum) or device (float32, bfloat16; int32 for

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_fp32.h"
+#include "backend/cuda/bias.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cross_entropy.h"
 #include "backend/cuda/dispatch.h"
@@ -148,7 +149,7 @@ void unpad_heads(Backend& be, Tensor& x, const Tensor& y) {
 }
 
 AttentionShape shape_of(const AttnDims& a, const Documents& docs) {
-  return AttentionShape{a.S, a.H, a.Hkv, a.d, docs.count, docs.longest};
+  return AttentionShape{a.S, a.H, a.Hkv, a.d, docs.count, docs.longest, docs.window};
 }
 
 }  // namespace
@@ -176,7 +177,9 @@ bool CudaBackend::use_cudnn(const AttentionShape& shape, bool backward) {
   if (act_dtype_ != DType::BF16 || attention_kernels_ == AttentionKernels::Own || shape.S == 0) return false;
   if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(stream_);
   std::string why;
-  const bool ok = cudnn_->supports(cudnn_problem(shape, 1.0), backward, &why);
+  // A sliding window lives in doc_start only; cuDNN reads the document bounds.
+  const bool ok = shape.window == 0 ? cudnn_->supports(cudnn_problem(shape, 1.0), backward, &why)
+                                    : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
   ULY_CHECK(ok || attention_kernels_ != AttentionKernels::Cudnn,
             "attention: ULYSSES_ATTENTION=cudnn, but cuDNN " << CudnnAttention::runtime_version()
                                                              << " has no engine for S=" << shape.S << ", H=" << shape.H
@@ -397,6 +400,17 @@ void CudaBackend::cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& l
     cuda::cross_entropy_forward_backward(ptr<T>(dlogits), ptr<float>(losses), ptr<const T>(logits),
                                          ptr<const int32_t>(dt), N, V, grad_scale, stream_);
   });
+}
+
+void CudaBackend::bias_add_impl(Tensor& y, const Tensor& b) {
+  const int64_t n = b.numel(), N = n == 0 ? 0 : y.numel() / n;
+  dispatch_act(y.dtype(), "bias_add", [&]<class T>() { cuda::bias_add(ptr<T>(y), ptr<const T>(b), N, n, stream_); });
+}
+
+void CudaBackend::bias_backward_impl(Tensor& db, const Tensor& dy) {
+  const int64_t n = db.numel(), N = n == 0 ? 0 : dy.numel() / n;
+  dispatch_act(dy.dtype(), "bias_backward",
+               [&]<class T>() { cuda::bias_backward(ptr<float>(db), ptr<const T>(dy), N, n, stream_); });
 }
 
 void CudaBackend::add_impl(Tensor& y, const Tensor& a, const Tensor& b) {
