@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -145,6 +146,45 @@ std::string shown(const nlohmann::json& v) {
   return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string leaf_of(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+// True when every character of `small` appears in `big` in order ("lr" in "learning_rate").
+bool is_subsequence(const std::string& small, const std::string& big) {
+  size_t j = 0;
+  for (size_t i = 0; i < big.size() && j < small.size(); ++i)
+    if (big[i] == small[j]) ++j;
+  return j == small.size();
+}
+
+// The key an unknown one most likely meant. Keys are dotted, and people type a leaf
+// without its section ("lr", "seq_len"), a flag's spelling ("seq-len"), a long form
+// ("learning_rate" for "lr") or a typo; edit distance over whole keys alone answers
+// "lr" with "sp" and "learning_rat" with "sp_ring".
+std::string suggest_key(const std::string& word, const std::vector<std::string>& keys) {
+  const std::string wleaf = leaf_of(word);
+  for (const auto& k : keys)  // the same name in another section: "lr" -> "optimizer.lr"
+    if (leaf_of(k) == wleaf) return k;
+  // A typo of a whole key or of a leaf, of at most 2 edits and at most half the word.
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& k : keys) {
+    const size_t d = std::min(edit_distance(word, k), edit_distance(wleaf, leaf_of(k)));
+    if (d < best_d) best_d = d, best = k;
+  }
+  if (best_d <= std::min<size_t>(2, wleaf.size() / 2)) return best;
+  // An abbreviation either way, from the same first letter: "learning_rat" -> "optimizer.lr".
+  for (const auto& k : keys) {
+    const std::string kleaf = leaf_of(k);
+    if (!wleaf.empty() && !kleaf.empty() && kleaf[0] == wleaf[0] &&
+        (is_subsequence(kleaf, wleaf) || is_subsequence(wleaf, kleaf)))
+      return k;
+  }
+  return nearest(word, keys);
+}
+
 // Merges `user` into `base`, checking every key exists in the schema with a compatible type.
 void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::string& prefix,
                    const std::vector<std::string>& all_keys, const std::string& source) {
@@ -153,7 +193,7 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
   for (auto it = user.begin(); it != user.end(); ++it) {
     const std::string k = prefix.empty() ? it.key() : prefix + "." + it.key();
     ULY_CHECK(base.contains(it.key()),
-              source << ": unknown key '" << k << "' (did you mean '" << nearest(k, all_keys) << "'?)");
+              source << ": unknown key '" << k << "' (did you mean '" << suggest_key(k, all_keys) << "'?)");
     nlohmann::json& slot = base[it.key()];
     if (slot.is_object()) {
       merge_checked(slot, *it, k, all_keys, source);
