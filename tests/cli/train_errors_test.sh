@@ -19,6 +19,10 @@ expect_error "a long form, mistyped" "unknown key 'learning_rat' \(did you mean 
 expect_error "another command's flag" "unknown key 'seq-len' \(did you mean 'data.seq_len'\?\)" \
   "$ULYSSES" train train.yaml --seq-len 4096
 
+# A learning-rate floor above the peak (docs/fine-tuning.md's peak, the old default floor).
+expect_error "min_lr above lr" "optimizer.min_lr 3e-05 is above optimizer.lr 1e-05 .*leave it out for 0.1 x lr$" \
+  "$ULYSSES" train train.yaml optimizer.lr=1.0e-5 optimizer.min_lr=3.0e-5 out_dir=run
+
 # Too little data for one sequence: the advice names data.seq_len, which train accepts.
 expect_error "fewer tokens than one sequence" "fewer than one sequence of 4096; use more data or a shorter data.seq_len$" \
   "$ULYSSES" train train.yaml data.seq_len=4096 out_dir=run
