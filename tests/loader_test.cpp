@@ -229,7 +229,7 @@ TEST(Loader, RingLayoutsReadWhatShardSequenceGives) {
   // Zigzag with a length the chunks do not divide: the clear error, not padding.
   DataLoader odd(options({shard}, 12, true, 3));
   const std::string m = expect_error([&] { odd.next_shards(1, 0, TokenLayout(4, 4, true)); });
-  EXPECT_NE(m.find("--seq (seq_len) 12 is not a multiple of 8"), std::string::npos) << m;
+  EXPECT_NE(m.find("data.seq_len 12 is not a multiple of 8"), std::string::npos) << m;
 }
 
 TEST(Loader, LongDocumentMode) {
@@ -254,7 +254,7 @@ TEST(Loader, LongDocumentMode) {
   EXPECT_EQ(sh[0].doc_start, std::vector<int32_t>(9, 0));
   o.seq_len = 21;
   const std::string m = expect_error([&] { DataLoader{o}; });
-  EXPECT_NE(m.find("longest has 20"), std::string::npos) << m;
+  EXPECT_NE(m.find("longest has 20; use data.mode=pack or a shorter data.seq_len"), std::string::npos) << m;
 }
 
 TEST(Loader, DataParallelRanksSplitEachGlobalBatch) {
@@ -279,7 +279,9 @@ TEST(Loader, Errors) {
   const std::string dir = test::temp_dir("loader_err");
   const std::string a = write_shard(dir + "/a.tokens", make_docs({3, 4}));
   std::string m = expect_error([&] { DataLoader(options({a}, 8, false)); });
-  EXPECT_NE(m.find("7 tokens, fewer than one sequence of 8"), std::string::npos) << m;
+  // The advice names the train config's key (the loader's only user), not a flag train rejects.
+  EXPECT_NE(m.find("7 tokens, fewer than one sequence of 8; use more data or a shorter data.seq_len"),
+            std::string::npos) << m;
   const std::string b = write_shard(dir + "/b.tokens", make_docs({3}), "other");
   m = expect_error([&] { DataLoader(options({a, b}, 2, false)); });
   EXPECT_NE(m.find("share a tokenizer"), std::string::npos) << m;

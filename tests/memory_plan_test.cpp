@@ -250,6 +250,34 @@ TEST(MemoryPlan, RefusesWhatCannotFitWithAdvice) {
   EXPECT_NO_THROW(check_plan_fits(r, m, m.device.peak, size_t(1) << 40));
 }
 
+TEST(MemoryPlan, TrainsRefusalNamesConfigKeysNotFlags) {
+  // train takes no flags: its advice must be keys it accepts, and no --dry-run.
+  PlanRequest r;
+  r.config = small_config(4);
+  r.seq_len = 2048;
+  const MemorySnapshot m = plan_step_memory(r);
+  try {
+    check_plan_fits(r, m, m.device.peak - 1, size_t(1) << 40, OptionSpelling::TrainKeys);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string msg = e.message();
+    EXPECT_NE(msg.find("It fits with memory.checkpoint=true (device peak"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'ulysses plan' with the same model, sequence and options"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("--"), std::string::npos) << msg;
+  }
+  // plan_misfit: the sentence alone, empty when it fits.
+  EXPECT_EQ(plan_misfit(r, m, m.device.peak, m.host.peak), "");
+  PlanRequest off = r;
+  off.options.checkpoint = true;
+  off.options.offload_layers = -1;
+  const MemorySnapshot mo = plan_step_memory(off);
+  ASSERT_GT(mo.host.peak, 0u);
+  const std::string host_over = plan_misfit(off, mo, mo.device.peak, mo.host.peak - 1);
+  EXPECT_NE(host_over.find("of host memory"), std::string::npos) << host_over;
+  EXPECT_NE(host_over.find("over by 1 B"), std::string::npos) << host_over;
+  EXPECT_EQ(host_over.find("dry-run"), std::string::npos) << host_over;
+}
+
 TEST(MemoryPlan, PlanForUnsplittableDegreeFails) {
   PlanRequest r;
   r.config = small_config(1);

@@ -1,7 +1,6 @@
-// A minimal PNG reader for the tests, written independently of src/io/png.cpp:
-// bit-by-bit CRC-32, per-byte Adler-32, an inflater for stored and fixed-Huffman
-// blocks whose length/distance tables are derived from RFC 1951's rules rather
-// than copied, and all five PNG row filters. Any structural fault throws
+// A minimal PNG reader for the tests, written independently of src/io/png.cpp: a
+// bit-by-bit CRC-32 of every chunk, the chunk order, and all five PNG row filters;
+// the IDAT stream is inflated by zlib. Any structural fault throws
 // std::runtime_error with what was wrong, so a test that decodes fails loudly.
 #pragma once
 #include <algorithm>
@@ -13,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <zlib.h>
+
 namespace ulysses::test {
 
 struct DecodedPng {
@@ -20,7 +21,6 @@ struct DecodedPng {
   int height = 0;
   std::vector<uint8_t> rgb;                // [height, width, 3]
   std::vector<std::string> chunks;         // chunk types in file order
-  std::vector<int> block_types;            // BTYPE of every deflate block
   std::vector<uint8_t> inflated;           // the filtered scanlines as stored
   const uint8_t* at(int x, int y) const { return &rgb[(size_t(y) * width + x) * 3]; }
 };
@@ -34,127 +34,30 @@ inline uint32_t slow_crc32(const uint8_t* p, size_t n) {
   return ~c;
 }
 
-inline uint32_t slow_adler32(const std::vector<uint8_t>& d) {
-  uint32_t a = 1, b = 0;
-  for (uint8_t v : d) {
-    a = (a + v) % 65521;
-    b = (b + a) % 65521;
-  }
-  return b << 16 | a;
-}
-
 inline void png_expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("png decode: " + what);
 }
 
-class InflateBits {
- public:
-  InflateBits(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-  uint32_t bit() {
-    png_expect(pos_ < n_ * 8, "deflate stream ends early");
-    const uint32_t b = (p_[pos_ / 8] >> (pos_ % 8)) & 1u;
-    ++pos_;
-    return b;
-  }
-  uint32_t bits(int k) {  // a number stored LSB-first
-    uint32_t v = 0;
-    for (int i = 0; i < k; ++i) v |= bit() << i;
-    return v;
-  }
-  uint32_t code(int k) {  // a Huffman code stored MSB-first
-    uint32_t v = 0;
-    for (int i = 0; i < k; ++i) v = (v << 1) | bit();
-    return v;
-  }
-  void align() { pos_ = (pos_ + 7) / 8 * 8; }
-  size_t byte_pos() const { return pos_ / 8; }
-  uint8_t byte() {
-    png_expect(pos_ % 8 == 0 && pos_ / 8 < n_, "stored block runs past the stream");
-    const uint8_t v = p_[pos_ / 8];
-    pos_ += 8;
-    return v;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t n_;
-  size_t pos_ = 0;
-};
-
-// Fixed literal/length code: 7-bit codes 0..23 -> 256..279, 8-bit 48..191 -> 0..143,
-// 8-bit 192..199 -> 280..287, 9-bit 400..511 -> 144..255.
-inline int fixed_litlen(InflateBits& in) {
-  uint32_t c = in.code(7);
-  if (c <= 23) return 256 + int(c);
-  c = (c << 1) | in.bit();
-  if (c >= 48 && c <= 191) return int(c) - 48;
-  if (c >= 192 && c <= 199) return 280 + int(c) - 192;
-  c = (c << 1) | in.bit();
-  return 144 + int(c) - 400;
-}
-
-// Returns {adler from the trailer checked, data}; fills block_types.
-inline std::vector<uint8_t> zlib_inflate(const std::vector<uint8_t>& z, std::vector<int>* block_types) {
-  png_expect(z.size() >= 6, "zlib stream shorter than header + trailer");
-  png_expect((z[0] & 0x0F) == 8, "zlib CM is not deflate");
-  png_expect((z[0] >> 4) <= 7, "zlib window larger than 32 KiB");
-  png_expect((z[0] * 256 + z[1]) % 31 == 0, "zlib header check bits wrong");
-  png_expect((z[1] & 0x20) == 0, "zlib preset dictionary set");
-  // Length and distance tables from RFC 1951's rules: extra bits grow every 4 (2) codes.
-  int len_base[29], len_extra[29], dist_base[30], dist_extra[30];
-  for (int i = 0, b = 3; i < 28; ++i) {
-    len_extra[i] = i < 8 ? 0 : (i - 4) / 4;
-    len_base[i] = b;
-    b += 1 << len_extra[i];
-  }
-  len_base[28] = 258, len_extra[28] = 0;
-  for (int i = 0, b = 1; i < 30; ++i) {
-    dist_extra[i] = i < 4 ? 0 : i / 2 - 1;
-    dist_base[i] = b;
-    b += 1 << dist_extra[i];
-  }
+// The IDAT's zlib stream inflated by zlib itself (which checks its header and Adler-32);
+// throws when the stream is damaged, truncated, or followed by stray bytes.
+inline std::vector<uint8_t> zlib_inflate(const std::vector<uint8_t>& z) {
+  z_stream s{};
+  png_expect(inflateInit(&s) == Z_OK, "inflateInit failed");
+  s.next_in = const_cast<Bytef*>(z.data());
+  s.avail_in = uInt(z.size());
   std::vector<uint8_t> out;
-  InflateBits in(z.data() + 2, z.size() - 6);
-  bool last = false;
-  while (!last) {
-    last = in.bit() != 0;
-    const int type = int(in.bits(2));
-    if (block_types) block_types->push_back(type);
-    if (type == 0) {
-      in.align();
-      uint32_t len = in.byte();
-      len |= uint32_t(in.byte()) << 8;
-      uint32_t nlen = in.byte();
-      nlen |= uint32_t(in.byte()) << 8;
-      png_expect((len ^ 0xFFFFu) == nlen, "stored block LEN/NLEN mismatch");
-      for (uint32_t i = 0; i < len; ++i) out.push_back(in.byte());
-    } else if (type == 1) {
-      for (;;) {
-        const int sym = fixed_litlen(in);
-        if (sym < 256) {
-          out.push_back(uint8_t(sym));
-          continue;
-        }
-        if (sym == 256) break;
-        png_expect(sym <= 285, "invalid length symbol " + std::to_string(sym));
-        const int li = sym - 257;
-        const int len = len_base[li] + int(in.bits(len_extra[li]));
-        const int di = int(in.code(5));
-        png_expect(di < 30, "invalid distance symbol " + std::to_string(di));
-        const size_t dist = size_t(dist_base[di]) + in.bits(dist_extra[di]);
-        png_expect(dist <= out.size() && dist <= 32768,
-                   "distance " + std::to_string(dist) + " reaches before the data");
-        for (int k = 0; k < len; ++k) out.push_back(out[out.size() - dist]);
-      }
-    } else {
-      png_expect(false, "block type " + std::to_string(type) + " not supported by the test decoder");
-    }
+  int rc = Z_OK;
+  while (rc == Z_OK) {  // Z_BUF_ERROR: the input ended before the stream did
+    uint8_t buf[1 << 16];
+    s.next_out = buf;
+    s.avail_out = sizeof buf;
+    rc = inflate(&s, Z_NO_FLUSH);
+    out.insert(out.end(), buf, buf + (sizeof buf - s.avail_out));
   }
-  in.align();
-  png_expect(in.byte_pos() == z.size() - 6, "bytes left between the last block and the Adler-32 trailer");
-  const size_t t = z.size() - 4;
-  const uint32_t adler = uint32_t(z[t]) << 24 | uint32_t(z[t + 1]) << 16 | uint32_t(z[t + 2]) << 8 | z[t + 3];
-  png_expect(adler == slow_adler32(out), "Adler-32 trailer does not match the inflated data");
+  const uInt left = s.avail_in;
+  inflateEnd(&s);
+  png_expect(rc == Z_STREAM_END, "zlib stream damaged or truncated (inflate returned " + std::to_string(rc) + ")");
+  png_expect(left == 0, "bytes left after the zlib stream");
   return out;
 }
 
@@ -192,7 +95,7 @@ inline DecodedPng decode_png(const std::vector<uint8_t>& f) {
     pos += 12 + len;
   }
   png_expect(!img.chunks.empty() && img.chunks.back() == "IEND", "no IEND chunk");
-  img.inflated = zlib_inflate(idat, &img.block_types);
+  img.inflated = zlib_inflate(idat);
   const size_t row = size_t(img.width) * 3;
   png_expect(img.inflated.size() == (row + 1) * img.height, "inflated size is not height x (1 + 3 x width)");
   img.rgb.assign(row * img.height, 0);

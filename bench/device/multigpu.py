@@ -75,7 +75,9 @@ def host_gib_per_rank(ranks):
 def longest(args):
     n = gpu_count()
     common = ["--backend", "cuda", "--shape", "llama-3.1-8b", "--sp", str(n)]
-    plan = run([f"{args.build}/ulysses", "plan", "--max-seq", "--host-mem-limit", f"{host_gib_per_rank(n):.1f}"]
+    # The GPU here (--memory-limit auto), which then runs the step, not plan's default H200 target.
+    plan = run([f"{args.build}/ulysses", "plan", "--max-seq", "--memory-limit", "auto",
+                "--host-mem-limit", f"{host_gib_per_rank(n):.1f}"]
                + common, args.timeout)
     m = re.search(r"^max seq: (\d+) tokens with (.*)$", plan, re.M)
     if not m:

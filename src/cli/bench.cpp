@@ -84,7 +84,14 @@ int run_bench(int argc, char** argv, Communicator& world) {
     found.device = backend->device();
     plan_optimizer(found, optimizer_choice);
     found.runtime = backend.get();
-    S = find_max_seq(args, found, backend.get(), options, world.rank() == 0);
+    // bench runs the step here: the budgets are this machine's unless given.
+    const size_t device_budget = gib_option(args, "memory-limit", backend->device_memory_available());
+    const size_t host_budget = gib_option(args, "host-mem-limit", host_memory_available());
+    const std::string budgets = "budgets: device " + format_bytes(device_budget) +
+                                (args.has("memory-limit") ? " (--memory-limit)" : " (this device's free memory)") +
+                                ", host " + format_bytes(host_budget) +
+                                (args.has("host-mem-limit") ? " (--host-mem-limit)" : " (this host's available memory)");
+    S = find_max_seq(found, device_budget, host_budget, budgets, options, world.rank() == 0);
     check_tokens_fit_host("bench: a step", S, host_memory_available());
     if (mesh.zigzag()) mesh.layout().check_length(S, "--find-max-seq's length");
   }

@@ -173,6 +173,11 @@ void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer) {
   req.weight_shards = optimizer.zero >= 3 ? optimizer.shards : 1;
 }
 
+size_t gib_option(const Args& args, const std::string& name, size_t fallback) {
+  if (!args.has(name)) return fallback;
+  return static_cast<size_t>(args.get_double(name, 0, limits::kGiB) * static_cast<double>(size_t(1) << 30));
+}
+
 bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
                            StepOptions& options, const OptimizerChoice& optimizer, int ring, bool zigzag) {
   PlanRequest req;
@@ -186,10 +191,7 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
   req.device = backend.device();
   plan_optimizer(req, optimizer);
   req.runtime = &backend;
-  size_t device_available = backend.device_memory_available();
-  if (args.has("memory-limit"))
-    device_available =
-        static_cast<size_t>(args.get_double("memory-limit", 0, limits::kGiB) * static_cast<double>(size_t(1) << 30));
+  const size_t device_available = gib_option(args, "memory-limit", backend.device_memory_available());
   if (options.checkpoint && !options.keep_attention && keep_attention_auto(args)) {
     PlanRequest keep = req;
     keep.options.keep_attention = true;

@@ -51,10 +51,15 @@ bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig
                            StepOptions& options, const OptimizerChoice& optimizer = {}, int ring = 1,
                            bool zigzag = false);
 
-// plan --max-seq and bench --find-max-seq (cli/plan.cpp): the longest sequence whose plan fits the
-// device budget (--memory-limit GiB, or what `runtime` has free) and the host budget
-// (--host-mem-limit GiB, or what this host has), over the request's options and a ladder of the
-// usual ones; `chosen` gets the options that reach it. print: the ladder table and the plan on stdout.
-int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOptions& chosen, bool print);
+// --NAME GiB (checked against limits::kGiB) in bytes, or `fallback` when not given.
+size_t gib_option(const Args& args, const std::string& name, size_t fallback);
+
+// plan --max-seq and bench --find-max-seq (cli/plan.cpp): the longest sequence whose plan fits
+// `device_budget` and `host_budget` bytes (plan: the target machine's; bench: this machine's),
+// over the request's options and a ladder of the usual ones; `chosen` gets the options that reach
+// it. The final plan asks req.runtime, where there is one. print: the ladder table and the plan on
+// stdout, under `budgets` (a line saying what they are and where they come from).
+int64_t find_max_seq(PlanRequest req, size_t device_budget, size_t host_budget, const std::string& budgets,
+                     StepOptions& chosen, bool print);
 
 }  // namespace ulysses

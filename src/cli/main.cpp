@@ -6,7 +6,9 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "comm/launch_env.h"
 #include "core/error.h"
@@ -14,32 +16,71 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: ulysses <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  loss-grad   loss and gradients of one batch (check the engine against PyTorch)\n"
-    "  prepare     text / JSON Lines -> token shards for training\n"
-    "  tokenize    text on stdin -> token ids (JSON) on stdout\n"
-    "  train       train a model (ulysses train CONFIG.yaml; --help lists every key)\n"
-    "  plot        a loss-curve PNG from a run's metrics.jsonl\n"
-    "  generate    text from a model folder or checkpoint (greedy or sampled, KV cache)\n"
-    "  bench       time training steps (step time, tokens/s, TFLOPS, MFU, memory)\n"
-    "  plan        the exact memory plan of a training step, per pool, without running it\n"
-    "  comm-bench  the step's collectives alone: time, algorithm and bus bandwidth per size\n"
-    "\n"
-    "Run 'ulysses <command> --help' for a command's options. Launch several ranks with\n"
-    "mpirun -np P (see docs/launching.md).\n";
+struct CommandInfo {
+  const char* name;
+  const char* summary;
+};
+
+// The commands, as the usage lists them and as a mistyped one is matched against.
+const CommandInfo kCommands[] = {
+    {"loss-grad", "loss and gradients of one batch (check the engine against PyTorch)"},
+    {"prepare", "text / JSON Lines -> token shards for training"},
+    {"tokenize", "text on stdin -> token ids (JSON) on stdout"},
+    {"train", "train a model (ulysses train CONFIG.yaml; --help lists every key)"},
+    {"plot", "a loss-curve PNG from a run's metrics.jsonl"},
+    {"generate", "text from a model folder or checkpoint (greedy or sampled, KV cache)"},
+    {"bench", "time training steps (step time, tokens/s, TFLOPS, MFU, memory)"},
+    {"plan", "the exact memory plan of a training step, per pool, without running it"},
+    {"comm-bench", "the step's collectives alone: time, algorithm and bus bandwidth per size"},
+    {"version", "the version of this build (also --version)"},
+};
+
+std::string usage() {
+  std::string s = "usage: ulysses <command> [options]\n\ncommands:\n";
+  for (const CommandInfo& c : kCommands)
+    s += "  " + std::string(c.name) + std::string(12 - std::strlen(c.name), ' ') + c.summary + "\n";
+  return s +
+         "\n"
+         "Run 'ulysses <command> --help' for a command's options. Launch several ranks with\n"
+         "mpirun -np P (see docs/launching.md).\n";
+}
+
+// ULYSSES_VERSION and ULYSSES_GIT_COMMIT are set by CMake (the project's VERSION, git at configure time).
+std::string version_line() {
+  const std::string commit = ULYSSES_GIT_COMMIT;
+  return std::string("ulysses ") + ULYSSES_VERSION + (commit.empty() ? "" : " (commit " + commit + ")");
+}
+
+// "unknown command 'trian' (did you mean 'train'?)": a suggestion only when it is a plausible typo.
+std::string unknown_command(const std::string& command) {
+  std::vector<std::string> names;
+  for (const CommandInfo& c : kCommands) names.push_back(c.name);
+  const std::string guess = ulysses::nearest(command, names);
+  const bool plausible = ulysses::edit_distance(command, guess) <= 2 ||
+                         (command.size() >= 2 && guess.rfind(command, 0) == 0);
+  return "unknown command '" + command + "'" + (plausible ? " (did you mean '" + guess + "'?)" : "") +
+         "; 'ulysses --help' lists the commands";
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace ulysses;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    std::cout << kUsage;
+    std::cout << usage();
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  if (command == "--version" || command == "version") {
+    std::cout << version_line() << "\n";
+    return 0;
+  }
+  bool known = false;
+  for (const CommandInfo& c : kCommands) known = known || command == c.name;
+  if (!known) {  // before any launcher check or MPI start-up: a typo is answered at once
+    std::cerr << "ulysses: error: " << unknown_command(command) << "\n";
+    return 2;
+  }
   std::unique_ptr<Communicator> world;
   try {
     if (command == "train" || command == "loss-grad" || command == "bench" || command == "comm-bench") {
@@ -66,8 +107,6 @@ int main(int argc, char** argv) {
       code = run_comm_bench(argc, argv, *world);
     } else if (command == "plan") {
       code = run_plan(argc, argv);
-    } else {
-      std::cerr << "ulysses: unknown command '" << command << "'\n" << kUsage;
     }
     world.reset();
     finalize_world_communicator();

@@ -1,7 +1,8 @@
 // ulysses plan --model DIR | --shape NAME --seq S [--sp P] [memory options] [--no-optimizer | --zero 1 | --offload-optimizer]
-// ulysses plan --model DIR | --shape NAME --max-seq [--memory-limit GiB] [--host-mem-limit GiB] [--sp P] [options]
+// ulysses plan --model DIR | --shape NAME --max-seq [--sp P] [options]
 // The exact memory plan of one training step, per pool, without running it
-// (and without a GPU or the ranks it describes); or the longest sequence that fits.
+// (and without a GPU or the ranks it describes), and whether it fits the target
+// machine (--memory-limit, --host-mem-limit); or the longest sequence that fits.
 #include <cstdio>
 #include <sstream>
 #include <iostream>
@@ -16,10 +17,52 @@
 namespace ulysses {
 namespace {
 
-size_t gib_option(const Args& args, const char* name, size_t fallback) {
-  if (!args.has(name)) return fallback;
-  const double g = args.get_double(name, 0, limits::kGiB);
-  return static_cast<size_t>(g * static_cast<double>(size_t(1) << 30));
+// The machine plan answers for, whatever machine it runs on: one H200 (139 GiB of device
+// memory, as the docs' plans use) and 120 GiB of host memory for its rank. The planning
+// machine's own memory only when asked (auto): a laptop's RAM says nothing about an H200 node.
+constexpr double kTargetDeviceGiB = 139, kTargetHostGiB = 120;
+
+std::string gib_text(double gib) {
+  std::ostringstream os;
+  os << gib << " GiB";
+  return os.str();
+}
+
+struct Budgets {
+  size_t device = 0, host = 0;
+  std::string device_from, host_from;  // "default: H200 target", "--memory-limit", ...
+  std::string text() const {
+    return "budgets: device " + format_bytes(device) + " (" + device_from + "), host " + format_bytes(host) + " (" +
+           host_from + ")";
+  }
+};
+
+Budgets target_budgets(const Args& args, const PlanRequest& req) {
+  auto budget = [&](const char* name, double target_gib, size_t here, std::string& from) -> size_t {
+    if (!args.has(name)) {
+      from = "default: H200 target";
+      return static_cast<size_t>(target_gib * double(size_t(1) << 30));
+    }
+    if (args.get(name) == "auto") {
+      from = "auto: this machine's";
+      return here;
+    }
+    from = std::string("--") + name;
+    return gib_option(args, name, 0);
+  };
+  Budgets b;
+  b.host = budget("host-mem-limit", kTargetHostGiB, host_memory_available(), b.host_from);
+  if (req.device == Device::CPU && !args.has("memory-limit")) {
+    b.device = b.host;  // the CPU backend's device is the host
+    b.device_from = "cpu backend: the host budget";
+  } else {
+    ULY_CHECK(args.get("memory-limit") != "auto" || req.runtime || req.device == Device::CPU,
+              "--memory-limit auto asks the GPU here, and there is none; give the target's device memory in GiB (or "
+              "leave it out for an H200's " << kTargetDeviceGiB << ")");
+    const size_t here = req.runtime ? req.runtime->device_memory_available() : host_memory_available();
+    b.device = budget("memory-limit", kTargetDeviceGiB, here, b.device_from);
+  }
+  return b;
 }
 
 std::string options_text(const StepOptions& o) {
@@ -60,14 +103,8 @@ std::string optimizer_text(const PlanRequest& r) {
 // length would take minutes); the final plan asks it where there is one, stepping down while
 // cuDNN's workspace makes it miss.
 
-int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOptions& chosen, bool print) {
-  // The CPU backend's "device" is this host's memory; a CUDA plan needs the GPU here or a figure.
-  const size_t device_budget = gib_option(
-      args, "memory-limit",
-      runtime ? runtime->device_memory_available() : req.device == Device::CPU ? host_memory_available() : size_t{0});
-  ULY_CHECK(device_budget > 0, "plan --max-seq: give the device budget with --memory-limit GiB (there is no GPU here "
-                               "to ask)");
-  const size_t host_budget = gib_option(args, "host-mem-limit", host_memory_available());
+int64_t find_max_seq(PlanRequest req, size_t device_budget, size_t host_budget, const std::string& budgets,
+                     StepOptions& chosen, bool print) {
   StepOptions tiled;
   tiled.grad_dtype = req.options.grad_dtype;
   tiled.loss_tile_tokens = 1024;
@@ -111,8 +148,7 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
   }
   std::ostringstream os;
   os << "longest sequence: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
-            << ", sp " << req.sp << ", device budget " << format_bytes(device_budget) << ", host budget "
-            << format_bytes(host_budget) << "\noptimizer: " << optimizer_text(req) << "\n";
+     << ", sp " << req.sp << "\n" << budgets << "\noptimizer: " << optimizer_text(req) << "\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-72s %14s\n", "options", "max tokens");
   os << line;
@@ -150,7 +186,7 @@ int64_t find_max_seq(const Args& args, PlanRequest req, Backend* runtime, StepOp
     }
     best -= 1024;
   }
-  if (print && req.device == Device::CUDA && !runtime)
+  if (print && req.device == Device::CUDA && !req.runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's is known only on the GPU)\n";
   chosen = best_options;
   return best;
@@ -161,10 +197,14 @@ int run_plan(int argc, char** argv) {
       {"model", true, false, "Hugging Face model folder (config.json is enough)"},
       {"shape", true, false, "a named shape instead: llama-3.1-8b, llama-3.2-1b/3b, qwen2.5-7b/1.5b, qwen3-8b, mistral-7b, tiny"},
       {"layers", true, false, "override the number of layers"},
-      {"seq", true, false, "sequence length in tokens (global, before splitting over sp)"},
-      {"max-seq", false, false, "find the longest sequence that fits the device (--memory-limit, or the GPU here) and "
-                                "host (--host-mem-limit) budgets, for the options given and a ladder of others"},
-      {"host-mem-limit", true, false, "host memory budget in GiB for --max-seq (default: what this host has available)"},
+      {"seq", true, false, "sequence length in tokens (global, before splitting over sp); the plan ends with "
+                           "whether it fits the target (exit status 1 when it does not)"},
+      {"max-seq", false, false, "find the longest sequence that fits the target's device (--memory-limit) and host "
+                                "(--host-mem-limit) budgets, for the options given and a ladder of others"},
+      {"memory-limit", true, false, "the target's device memory in GiB (default " + gib_text(kTargetDeviceGiB) +
+                                        ", an H200; on --backend cpu the host budget); auto: the GPU here"},
+      {"host-mem-limit", true, false, "the target's host memory for this rank in GiB (default " +
+                                          gib_text(kTargetHostGiB) + "); auto: what this machine has available"},
       {"no-optimizer", false, false, "forward + backward only: leave out AdamW's state (fp32 master and two "
                                      "moments, 12 bytes a parameter), which the plan includes by default, as "
                                      "train and bench allocate it"},
@@ -172,7 +212,8 @@ int run_plan(int argc, char** argv) {
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
-    if (s.name != "dry-run" && s.name != "memory-report" && s.name != "no-reserve" && s.name != "comm")
+    if (s.name != "dry-run" && s.name != "memory-report" && s.name != "no-reserve" && s.name != "comm" &&
+        s.name != "memory-limit")
       specs.push_back(s);
   for (auto& s : optimizer_option_specs()) specs.push_back(s);
   Args args("plan", specs, argc, argv, 2);
@@ -207,11 +248,13 @@ int run_plan(int argc, char** argv) {
     }
   }
   req.runtime = runtime.get();
+  const Budgets budgets = target_budgets(args, req);
   if (args.has("max-seq")) {
     StepOptions chosen;
-    find_max_seq(args, req, runtime.get(), chosen, /*print=*/true);
+    find_max_seq(req, budgets.device, budgets.host, budgets.text(), chosen, /*print=*/true);
     return 0;
   }
+  // The planner's own token arrays live here, whatever the target.
   check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
@@ -223,11 +266,15 @@ int run_plan(int argc, char** argv) {
   if (req.device == Device::CUDA && !runtime)
     std::cout << "note: no GPU here: the attention workspace is our own kernels' (cuDNN's, chosen on the GPU, "
                  "is known only there); run plan on the GPU machine for the exact figure\n";
-  if (args.has("memory-limit")) {
-    const size_t limit = static_cast<size_t>(args.get_double("memory-limit", 0, limits::kGiB) * double(size_t(1) << 30));
-    check_plan_fits(req, m, limit, host_memory_available());
-    std::cout << "fits in " << format_bytes(limit) << "\n";
+  // The verdict, last: the plan itself is printed above, so no advice to see it.
+  const std::string misfit = plan_misfit(req, m, budgets.device, budgets.host);
+  if (!misfit.empty()) {
+    std::cout << "does not fit: " << misfit << " [" << budgets.text() << "]\n";
+    return 1;
   }
+  std::cout << "fits: device peak " << format_bytes(m.device.peak) << " of " << format_bytes(budgets.device) << " ("
+            << budgets.device_from << "), host peak " << format_bytes(m.host.peak) << " of "
+            << format_bytes(budgets.host) << " (" << budgets.host_from << ")\n";
   return 0;
 }
 

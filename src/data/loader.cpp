@@ -49,7 +49,7 @@ DataLoader::DataLoader(LoaderOptions options) : options_(std::move(options)) {
   if (options_.mode == LoaderMode::Pack) {
     num_sequences_ = total_tokens_ / S;
     ULY_CHECK(num_sequences_ > 0, "data loader: the shards hold " << total_tokens_ << " tokens, fewer than one sequence of "
-                                                                 << S << "; use more data or a shorter --seq-len");
+                                                                 << S << "; use more data or a shorter data.seq_len");
   } else {
     int64_t longest = 0;
     for (size_t i = 0; i < shards_.size(); ++i)
@@ -60,7 +60,7 @@ DataLoader::DataLoader(LoaderOptions options) : options_(std::move(options)) {
       }
     num_sequences_ = static_cast<int64_t>(long_docs_.size());
     ULY_CHECK(num_sequences_ > 0, "data loader: mode 'long' needs documents of at least " << S
-                                      << " tokens; the longest has " << longest << "; use mode 'pack' or a shorter --seq-len");
+                                      << " tokens; the longest has " << longest << "; use data.mode=pack or a shorter data.seq_len");
   }
 }
 
@@ -216,7 +216,7 @@ std::vector<SequenceShard> DataLoader::next_shards(int64_t B, int64_t sp_rank, c
   ULY_CHECK(sp_rank >= 0 && sp_rank < sp_size,
             "data loader: sequence-parallel rank " << sp_rank << " of " << sp_size << " is invalid");
   const int64_t S = options_.seq_len;
-  if (layout.zigzag()) layout.check_length(S, "--seq (seq_len)");
+  if (layout.zigzag()) layout.check_length(S, "data.seq_len");
   const int64_t S_padded = layout.padded_length(S), S_l = S_padded / sp_size;
   const std::vector<TokenRange> ranges = layout.rank_ranges(S_padded, sp_rank);
   std::vector<SequenceShard> out(B);

@@ -208,34 +208,42 @@ int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, 
   return lo * unit;
 }
 
-void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
-                     size_t host_available) {
+std::string plan_misfit(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
+                        size_t host_available, OptionSpelling spelling) {
   const bool device_ok = planned.device.peak <= device_available;
   const bool host_ok = planned.host.peak <= host_available;
-  if (device_ok && host_ok) return;
-  // Which single change would make it fit? Each is a cheap dry run.
-  struct Variant { const char* flag; StepOptions o; };
+  if (device_ok && host_ok) return "";
+  // Which single change would make it fit? Each is a cheap dry run. A train config's
+  // offload_checkpoints implies checkpoint, as --offload-checkpoints does.
+  const bool keys = spelling == OptionSpelling::TrainKeys;
+  const char* checkpoint = keys ? "memory.checkpoint=true" : "--checkpoint";
+  const char* offload = keys ? "memory.offload_checkpoints=-1" : "--offload-checkpoints=all";
+  const char* tiled_loss = keys ? "memory.tiled_loss=1024" : "--tiled-loss";
+  const char* tiled_mlp = keys ? "memory.tiled_mlp=0" : "--tiled-mlp";
+  const char* every4 = keys ? "memory.checkpoint_every=4" : "--checkpoint-every 4";
+  struct Variant { std::string change; StepOptions o; };
   std::vector<Variant> variants;
   StepOptions o = r.options;
-  if (!o.checkpoint) { StepOptions v = o; v.checkpoint = true; variants.push_back({"--checkpoint", v}); }
+  if (!o.checkpoint) { StepOptions v = o; v.checkpoint = true; variants.push_back({checkpoint, v}); }
   if (o.offload_layers != -1) {
     StepOptions v = o; v.checkpoint = true; v.offload_layers = -1;
-    variants.push_back({"--offload-checkpoints=all", v});
+    variants.push_back({offload, v});
   }
-  if (o.loss_tile_tokens == 0) { StepOptions v = o; v.loss_tile_tokens = 1024; variants.push_back({"--tiled-loss", v}); }
-  if (o.mlp_tiles == 1) { StepOptions v = o; v.mlp_tiles = 0; variants.push_back({"--tiled-mlp", v}); }
+  if (o.loss_tile_tokens == 0) { StepOptions v = o; v.loss_tile_tokens = 1024; variants.push_back({tiled_loss, v}); }
+  if (o.mlp_tiles == 1) { StepOptions v = o; v.mlp_tiles = 0; variants.push_back({tiled_mlp, v}); }
   { StepOptions v = o; v.checkpoint = true; v.offload_layers = -1; v.loss_tile_tokens = v.loss_tile_tokens ? v.loss_tile_tokens : 1024;
     if (v.mlp_tiles == 1) v.mlp_tiles = 0;
-    variants.push_back({"--checkpoint --offload-checkpoints=all --tiled-loss --tiled-mlp", v});
+    const std::string tiles = std::string(" ") + tiled_loss + " " + tiled_mlp;
+    variants.push_back({(keys ? std::string() : std::string(checkpoint) + " ") + offload + tiles, v});
     v.checkpoint_every = 4;
-    variants.push_back({"--offload-checkpoints=all --checkpoint-every 4 --tiled-loss --tiled-mlp", v}); }
+    variants.push_back({std::string(offload) + " " + every4 + tiles, v}); }
   std::ostringstream fits;
   for (const Variant& v : variants) {
     PlanRequest alt = r;
     alt.options = v.o;
     const MemorySnapshot m = plan_step_memory(alt);
     if (m.device.peak <= device_available && m.host.peak <= host_available) {
-      fits << (fits.str().empty() ? "" : "; or ") << v.flag << " (device peak " << format_bytes(m.device.peak) << ")";
+      fits << v.change << " (device peak " << format_bytes(m.device.peak) << ")";
       break;  // the first (cheapest) one that fits is the advice
     }
   }
@@ -253,9 +261,18 @@ void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t
   if (!fits.str().empty())
     os << "It fits with " << fits.str();
   else
-    os << "No memory option alone makes it fit: use more sequence-parallel ranks (--sp) or a shorter sequence";
-  os << ". Run with --dry-run to see the plan per pool.";
-  ULY_FAIL(os.str());
+    os << "No memory option alone makes it fit: use more sequence-parallel ranks (" << (keys ? "sp" : "--sp")
+       << ") or a shorter sequence";
+  return os.str();
+}
+
+void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
+                     size_t host_available, OptionSpelling spelling) {
+  const std::string misfit = plan_misfit(r, planned, device_available, host_available, spelling);
+  if (misfit.empty()) return;
+  ULY_FAIL(misfit << (spelling == OptionSpelling::TrainKeys
+                          ? ". 'ulysses plan' with the same model, sequence and options shows the plan per pool."
+                          : ". Run with --dry-run to see the plan per pool."));
 }
 
 void check_tokens_fit_host(const std::string& what, int64_t tokens, size_t host_available) {

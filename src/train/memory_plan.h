@@ -68,11 +68,19 @@ std::string memory_report(const MemorySnapshot& m, int64_t local_tokens, int64_t
 // 2 log2(S / granularity) dry runs.
 int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, int64_t granularity = 1024);
 
-// Throws a clear error when the planned device peak is over `device_available`
-// bytes (or the host peak over `host_available`): by how much, and which memory
-// options (or degrees) would make the step fit.
+// How advice names the memory options: as the flags of loss-grad, bench and plan, or as
+// the keys of a train config (which takes no flags).
+enum class OptionSpelling { Flags, TrainKeys };
+
+// Empty when the planned device peak fits `device_available` bytes and the host peak
+// `host_available`; otherwise one sentence: which is over and by how much, and which
+// memory option (or degree) would make the step fit, spelled as `spelling` says.
+std::string plan_misfit(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
+                        size_t host_available, OptionSpelling spelling = OptionSpelling::Flags);
+
+// Throws plan_misfit's sentence, with where to see the plan per pool, when the step does not fit.
 void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
-                     size_t host_available);
+                     size_t host_available, OptionSpelling spelling = OptionSpelling::Flags);
 
 // The step's host-side token arrays (ids, targets, positions, document starts) and the
 // planner's own per-token bookkeeping take about kHostBytesPerToken bytes per token of a

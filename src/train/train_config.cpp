@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -35,7 +36,7 @@ grad_accum: 1           # micro-batches per optimizer step
 steps: 100
 optimizer:
   lr: 3.0e-4            # peak learning rate
-  min_lr: 3.0e-5        # cosine decays to this at the last step
+  min_lr: null          # cosine decays to this at the last step; null (the default): 0.1 x lr. At most lr
   warmup_steps: 10      # linear warmup from 0
   weight_decay: 0.1     # on matrices only, not on norms
   beta1: 0.9
@@ -148,6 +149,45 @@ std::string shown(const nlohmann::json& v) {
   return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string leaf_of(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+// True when every character of `small` appears in `big` in order ("lr" in "learning_rate").
+bool is_subsequence(const std::string& small, const std::string& big) {
+  size_t j = 0;
+  for (size_t i = 0; i < big.size() && j < small.size(); ++i)
+    if (big[i] == small[j]) ++j;
+  return j == small.size();
+}
+
+// The key an unknown one most likely meant. Keys are dotted, and people type a leaf
+// without its section ("lr", "seq_len"), a flag's spelling ("seq-len"), a long form
+// ("learning_rate" for "lr") or a typo; edit distance over whole keys alone answers
+// "lr" with "sp" and "learning_rat" with "sp_ring".
+std::string suggest_key(const std::string& word, const std::vector<std::string>& keys) {
+  const std::string wleaf = leaf_of(word);
+  for (const auto& k : keys)  // the same name in another section: "lr" -> "optimizer.lr"
+    if (leaf_of(k) == wleaf) return k;
+  // A typo of a whole key or of a leaf, of at most 2 edits and at most half the word.
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& k : keys) {
+    const size_t d = std::min(edit_distance(word, k), edit_distance(wleaf, leaf_of(k)));
+    if (d < best_d) best_d = d, best = k;
+  }
+  if (best_d <= std::min<size_t>(2, wleaf.size() / 2)) return best;
+  // An abbreviation either way, from the same first letter: "learning_rat" -> "optimizer.lr".
+  for (const auto& k : keys) {
+    const std::string kleaf = leaf_of(k);
+    if (!wleaf.empty() && !kleaf.empty() && kleaf[0] == wleaf[0] &&
+        (is_subsequence(kleaf, wleaf) || is_subsequence(wleaf, kleaf)))
+      return k;
+  }
+  return nearest(word, keys);
+}
+
 // Merges `user` into `base`, checking every key exists in the schema with a compatible type.
 void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::string& prefix,
                    const std::vector<std::string>& all_keys, const std::string& source) {
@@ -156,7 +196,7 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
   for (auto it = user.begin(); it != user.end(); ++it) {
     const std::string k = prefix.empty() ? it.key() : prefix + "." + it.key();
     ULY_CHECK(base.contains(it.key()),
-              source << ": unknown key '" << k << "' (did you mean '" << nearest(k, all_keys) << "'?)");
+              source << ": unknown key '" << k << "' (did you mean '" << suggest_key(k, all_keys) << "'?)");
     nlohmann::json& slot = base[it.key()];
     if (slot.is_null()) {  // a free-form block (rope_scaling), checked where it is read
       ULY_CHECK(it->is_object() || it->is_null(), source << ": key '" << k << "' expects a mapping, got " << shown(*it));
@@ -168,11 +208,13 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
       continue;
     }
     const nlohmann::json& v = *it;
+    // A null default is a number worked out from other keys unless given (optimizer.min_lr).
     const bool ok = (slot.is_boolean() && v.is_boolean()) || (slot.is_number() && v.is_number()) ||
-                    (slot.is_string() && (v.is_string() || v.is_number()));
+                    (slot.is_string() && (v.is_string() || v.is_number())) ||
+                    (slot.is_null() && (v.is_number() || v.is_null()));
     ULY_CHECK(ok, source << ": key '" << k << "' expects " << (slot.is_boolean() ? "true or false"
-                                                              : slot.is_number() ? "a number"
-                                                                                 : "a string")
+                                                              : slot.is_string() ? "a string"
+                                                                                 : "a number")
                          << ", got " << shown(v));
     if (slot.is_number_integer() && v.is_number_float())
       ULY_FAIL(source << ": key '" << k << "' expects an integer, got " << shown(v));
@@ -255,6 +297,28 @@ nlohmann::json parse_yaml_text(const std::string& text, const std::string& sourc
   }
 }
 
+// A tenth of x as its shortest decimal digits say: 3.0e-4 gives exactly 3.0e-5, where
+// x * 0.1 would be 2.9999999999999997e-5.
+double decimal_tenth(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);  // "3e-04"
+  std::string text(buf, r.ptr);
+  const size_t e = text.find('e');
+  text = text.substr(0, e) + "e" + std::to_string(std::stoi(text.substr(e + 1)) - 1);
+  double tenth = 0;
+  std::from_chars(text.data(), text.data() + text.size(), tenth);
+  return tenth;
+}
+
+// min_lr defaults to a tenth of the peak, so that a lower peak (fine-tuning's 1.0e-5) never
+// leaves the floor above it. Resolved into the effective config (the run folder's config.json
+// and the resume fingerprint); a tenth in decimal, so that the default peak 3.0e-4 gives the
+// 3.0e-5 floor that was the fixed default before: those runs' schedules and fingerprints stay.
+void resolve_min_lr(nlohmann::json& optimizer) {
+  if (optimizer["min_lr"].is_null() && optimizer["lr"].is_number())
+    optimizer["min_lr"] = decimal_tenth(optimizer["lr"].get<double>());
+}
+
 }  // namespace
 
 std::string train_config_defaults_yaml() { return kDefaultsYaml; }
@@ -302,6 +366,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     merge_checked(cfg, nested, "", keys, "command line");
   }
 
+  resolve_min_lr(cfg["optimizer"]);
   check_key_ranges(cfg);
   TrainConfig c;
   c.as_json = cfg;
@@ -374,6 +439,10 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   check_in_range(src + ": batch_size x grad_accum", c.batch_size * c.grad_accum, limits::kBatch);
   ULY_CHECK(c.save_dtype == "float32" || c.save_dtype == "bfloat16" || c.save_dtype == "float16",
             src << ": 'save_dtype' must be float32, bfloat16 or float16, got '" << c.save_dtype << "'");
+  // A floor above the peak would make the cosine climb after the warm-up, silently.
+  ULY_CHECK(c.min_lr <= c.lr, src << ": optimizer.min_lr " << c.min_lr << " is above optimizer.lr " << c.lr
+                                  << " (the schedule would climb after the warm-up); lower min_lr, or leave it "
+                                     "out for 0.1 x lr");
   ULY_CHECK(!c.memory.keep_attention || c.memory.checkpoint,
             src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
   return c;

@@ -35,7 +35,7 @@ struct TrainConfig {
   int64_t grad_accum = 1;  // micro-batches per optimizer step
   int64_t steps = 100;
 
-  double lr = 3e-4, min_lr = 3e-5;
+  double lr = 3e-4, min_lr = 3e-5;  // min_lr: a tenth of lr unless set, never above it (load_train_config)
   int64_t warmup_steps = 10;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
 

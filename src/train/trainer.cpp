@@ -193,7 +193,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
   plan.runtime = backend.get();
   const MemorySnapshot planned = plan_step_memory(plan);
-  check_plan_fits(plan, planned, backend->device_memory_available(), host_memory_available());
+  check_plan_fits(plan, planned, backend->device_memory_available(), host_memory_available(),
+                  OptionSpelling::TrainKeys);
   backend->reserve_memory(planned.device.peak, planned.host.peak);
 
   const bool rank0 = world.rank() == 0;
