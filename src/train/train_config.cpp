@@ -198,7 +198,7 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
     ULY_CHECK(base.contains(it.key()),
               source << ": unknown key '" << k << "' (did you mean '" << suggest_key(k, all_keys) << "'?)");
     nlohmann::json& slot = base[it.key()];
-    if (slot.is_null()) {  // a free-form block (rope_scaling), checked where it is read
+    if (k == "rope_scaling") {  // a free-form block, checked where it is read (parse_rope)
       ULY_CHECK(it->is_object() || it->is_null(), source << ": key '" << k << "' expects a mapping, got " << shown(*it));
       slot = *it;
       continue;
