@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """The ALST peer for `ulysses bench`: Arctic Long Sequence Training's recipe on one GPU, one
-training step (forward + backward) of a Llama shape on random weights and tokens, bf16.
+training step (forward + backward) of a named shape on random weights and tokens, bf16. The
+shapes are hf_llama_step.py's (the engine's): Llama (llama-3.1-8b, llama-3.2-1b), Qwen2
+(qwen2.5-7b, qwen2.5-1.5b), Qwen3 (qwen3-8b) and Mistral (mistral-7b); the file keeps its first
+family's name, by which other scripts and the docs know it.
 
 The recipe, as ArcticTraining assembles it for a causal LM (its trainer with `tiled_mlp_compute`,
 a Liger model, activation checkpointing with `activation_checkpoint_cpu_offload`):
-  - Hugging Face transformers' LlamaForCausalLM, sdpa attention;
-  - Liger-Kernel's RoPE, RMSNorm and fused linear cross-entropy (the logits never materialised),
+  - Hugging Face transformers' causal LM of the family (LlamaForCausalLM, Qwen2ForCausalLM,
+    Qwen3ForCausalLM, MistralForCausalLM), sdpa attention;
+  - Liger-Kernel's RoPE, RMSNorm (Qwen3's per-head q/k norms too) and fused linear cross-entropy
+    (the logits never materialised), through the family's apply_liger_kernel_to_<model_type>,
     Liger's SwiGLU left off because the tiled MLP replaces the MLP's forward;
   - DeepSpeed's TiledMLP (ulysses_sp.py) on every layer's MLP, ceil(seq / hidden) shards as
     ArcticTraining derives them;
@@ -81,20 +86,27 @@ def main():
     install_missing(a.wheels, a.site)
     os.environ.setdefault("DS_ACCELERATOR", "cuda")
     import torch
-    from transformers.models.llama import modeling_llama
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from hf_llama_step import SHAPES, family, make_model, report, time_steps
+
+    if a.shape not in SHAPES:
+        sys.exit(f"alst peer: unknown --shape {a.shape} (one of {', '.join(sorted(SHAPES))})")
+    # The family's transformers module (modeling_llama, modeling_qwen2, ...), its MLP class and Liger's patch.
+    fam = family(a.shape)
+    modeling = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
+    mlp_class = getattr(modeling, {"llama": "LlamaMLP", "qwen2": "Qwen2MLP", "qwen3": "Qwen3MLP",
+                                   "mistral": "MistralMLP"}[fam])
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
-    from liger_kernel.transformers import apply_liger_kernel_to_llama
+    import liger_kernel.transformers
     import importlib.metadata as md
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from hf_llama_step import make_model, report, time_steps
+    apply_liger_kernel = getattr(liger_kernel.transformers, f"apply_liger_kernel_to_{fam}")
 
     versions = {d: md.version(d) for d in ("torch", "transformers", "deepspeed", "liger-kernel", "arctic-training")}
     print("alst peer: " + ", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
 
     # Liger: RoPE, RMSNorm, fused linear cross-entropy; its SwiGLU off (the tiled MLP owns the MLP).
-    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=False, cross_entropy=False,
-                                fused_linear_cross_entropy=True)
+    apply_liger_kernel(rope=True, rms_norm=True, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=True)
 
     def tiled_mlp_forward(self, x):
         shards = math.ceil(x.shape[-2] / x.shape[-1])
@@ -102,7 +114,7 @@ def main():
         return TiledMLP.apply(lambda mlp, t: mlp.down_proj(mlp.act_fn(mlp.gate_proj(t)) * mlp.up_proj(t)),
                               self, x, shards, params)
 
-    modeling_llama.LlamaMLP.forward = tiled_mlp_forward
+    mlp_class.forward = tiled_mlp_forward
     load_arctic_checkpoint_patch().monkey_patch_checkpoint_function_with_cpu_offload()
 
     model = make_model(a.shape, a.layers)

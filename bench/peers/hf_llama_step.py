@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
 """The peer for `ulysses bench`: Hugging Face transformers, one training step
-(forward + backward) of a Llama shape on random weights and tokens, bf16, sdpa
-attention, with gradient checkpointing, on one GPU.
+(forward + backward) of a named shape on random weights and tokens, bf16, sdpa
+attention, with gradient checkpointing, on one GPU. The shapes are the engine's
+(`ulysses bench --shape`) of its four families, each built with its own
+transformers class: Llama (llama-3.1-8b, llama-3.2-1b: LlamaForCausalLM), Qwen2
+(qwen2.5-7b, qwen2.5-1.5b: Qwen2ForCausalLM, q/k/v biases, no sliding window),
+Qwen3 (qwen3-8b: Qwen3ForCausalLM, per-head q/k RMSNorm) and Mistral (mistral-7b,
+v0.3: MistralForCausalLM, no sliding window). The file keeps its first family's
+name, by which other scripts and the docs know it.
 
     python3 bench/peers/hf_llama_step.py --shape llama-3.1-8b --seq 32768 --json out.json
+    python3 bench/peers/hf_llama_step.py --shape qwen2.5-7b --seq 32768
 
 With --adamw each step ends with torch.optim.AdamW(fused=True) on the bf16
 parameters (its state in bf16 too: the cheapest full step transformers offers;
@@ -16,8 +23,13 @@ import json
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
+# The transformers classes of each family (model_type): config, causal LM.
+FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+            "qwen3": (Qwen3Config, Qwen3ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+# The shapes of src/io/hf_config.cpp (named_model_config); a shape's family is its name's prefix (see family()).
 SHAPES = {
     "llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
@@ -29,20 +41,49 @@ SHAPES = {
                          rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
                          rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=8192)),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       max_position_embeddings=32768, tie_word_embeddings=False, use_sliding_window=False,
+                       sliding_window=None),
+    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                         max_position_embeddings=32768, tie_word_embeddings=True, use_sliding_window=False,
+                         sliding_window=None),
+    "qwen3-8b": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
+                     rope_theta=1000000.0, max_position_embeddings=40960, tie_word_embeddings=False,
+                     use_sliding_window=False, sliding_window=None),
+    "mistral-7b": dict(vocab_size=32768, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
+                       rope_theta=1000000.0, max_position_embeddings=32768, tie_word_embeddings=False,
+                       sliding_window=None),
 }
 
 
-def make_model(shape, layers=0):
-    """A LlamaForCausalLM of the shape on the GPU: random bf16 weights (seed 0), sdpa attention, training mode."""
+def family(shape):
+    """The shape's family, a key of FAMILIES: llama-3.1-8b -> llama, qwen2.5-7b -> qwen2, qwen3-8b -> qwen3."""
+    name = shape.split("-")[0]
+    return name.split(".")[0] if name.startswith("qwen") else name
+
+
+def make_config(shape, layers=0):
+    """The transformers config of the shape (its family's class), sdpa attention; layers > 0 replaces the layer count."""
     kw = dict(SHAPES[shape])
     if layers:
         kw["num_hidden_layers"] = layers
-    cfg = LlamaConfig(**kw)
+    cfg = FAMILIES[family(shape)][0](**kw)
     cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def make_model(shape, layers=0, device="cuda"):
+    """The shape's causal LM (LlamaForCausalLM, Qwen2ForCausalLM, ...) on the GPU (or device: "meta" or "cpu" to
+    check a shape off the GPU): random bf16 weights (seed 0), sdpa attention, training mode."""
+    cfg = make_config(shape, layers)
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
+    with torch.device(device):
+        model = FAMILIES[family(shape)][1](cfg)
     torch.set_default_dtype(torch.float32)
     model.train()
     return model
