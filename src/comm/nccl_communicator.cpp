@@ -8,14 +8,30 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <sstream>
 #include <utility>
 #include <vector>
 
-#include "backend/cuda/check.h"
+#include "core/cuda_check.h"
 #include "core/error.h"
 
 namespace ulysses {
 namespace {
+
+// NCCL results (CUDA's: core/cuda_check.h): a failure throws ulysses::Error naming the
+// call, NCCL's error string and file:line.
+[[noreturn]] void fail_nccl(int result, const char* call, const char* file, int line) {
+  std::ostringstream os;
+  os << "NCCL call failed: " << call << " -> " << ncclGetErrorString(static_cast<ncclResult_t>(result))
+     << " (code " << result << "); set NCCL_DEBUG=WARN for details";
+  throw Error(os.str(), file, line);
+}
+
+#define NCCL_CHECK(call)                                                                    \
+  do {                                                                                      \
+    const int uly_nccl_res_ = static_cast<int>(call);                                       \
+    if (uly_nccl_res_ != 0) ::ulysses::fail_nccl(uly_nccl_res_, #call, __FILE__, __LINE__); \
+  } while (0)
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {

@@ -25,8 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "core/token_batch.h"
 #include "io/token_shard.h"
-#include "model/batch.h"
+#include "parallel/token_layout.h"
 
 namespace ulysses {
 

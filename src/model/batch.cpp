@@ -6,10 +6,6 @@
 
 namespace ulysses {
 
-int64_t TokenBatch::valid_targets() const {
-  return std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t != kIgnoreIndex; });
-}
-
 std::vector<int32_t> shift_labels(const std::vector<int32_t>& labels, const std::vector<int32_t>& positions,
                                   int64_t B, int64_t S) {
   std::vector<int32_t> t(B * S, kIgnoreIndex);

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <sstream>
 
-#include "cli/args.h"
 #include "core/error.h"
 #include "core/limits.h"
+#include "core/nearest.h"
 #include "io/regular_file.h"
 
 namespace ulysses {
