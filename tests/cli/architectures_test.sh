@@ -89,6 +89,18 @@ for shape in qwen2.5-7b qwen3-8b mistral-7b; do
     && pass "plan --shape $shape" || { fail "plan --shape $shape"; tail -3 plan_$shape.log; }
 done
 
+# The families' fixtures (float64 transformers references) under ZeRO-3 over dp 2 x sp 2 (one-row
+# batches: sp 4), gradients reduce-scattered and weights gathered layer by layer.
+mkdir -p fx2 fx1
+for c in qwen2_bias qwen3_qknorm qwen3_bias_yarn mistral_window; do ln -s "$ROOT/fixtures/$c" fx2/$c; done
+ln -s "$ROOT/fixtures/qwen2_yarn_tied" fx1/qwen2_yarn_tied
+python3 "$ROOT/tools/check_loss_grad.py" --ulysses "$ULYSSES" --cases fx2 --launcher "$MPIRUN -np 4" \
+  --extra-args "--sp 2 --zero 3" > zero3.log 2>&1 && \
+python3 "$ROOT/tools/check_loss_grad.py" --ulysses "$ULYSSES" --cases fx1 --launcher "$MPIRUN -np 4" \
+  --extra-args "--sp 4 --zero 3" >> zero3.log 2>&1 \
+  && pass "Qwen2/Qwen3/Mistral fixtures under ZeRO-3 at dp 2 x sp 2 (sp 4 for one row) equal transformers" \
+  || { fail "fixtures under ZeRO-3"; tail -5 zero3.log; }
+
 cat > gemma.json <<'JSON'
 {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "vocab_size": 258, "hidden_size": 64,
  "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4}
