@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "comm/launch_env.h"
 #include "core/error.h"
+#include "core/nearest.h"
 #include "core/log.h"
 
 namespace {
