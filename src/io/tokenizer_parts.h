@@ -43,9 +43,10 @@ void replace_in(std::string& s, std::string_view from, std::string_view to);  //
 // The pre-tokenizer regexes implemented here, spelled as in tokenizer.json.
 extern const char* const kGpt2Regex;
 extern const char* const kLlama3Regex;
+extern const char* const kTekkenRegex;  // Mistral's tekken tokenizers (NeMo and later)
 
 struct KnownRegex {
-  enum class Kind { Gpt2, Llama3 } kind = Kind::Gpt2;
+  enum class Kind { Gpt2, Llama3, Tekken } kind = Kind::Gpt2;
   int max_digits = 3;  // Llama 3's \p{N}{1,3}; 1 for the \p{N} variant (Qwen 2)
 };
 std::optional<KnownRegex> recognise_regex(std::string_view pattern);
