@@ -25,7 +25,8 @@ std::string render(const std::string& src, const json& ctx = json::object()) {
 
 TEST(ChatTemplate, FixturesEqualTransformers) {
   int styles = 0, cases = 0;
-  for (const char* style : {"llama3", "qwen2", "mistral"}) {
+  for (const char* style : {"llama3", "qwen2", "mistral", "qwen3", "mistral_v3", "mistral_v7"}) {
+    int style_cases = 0;
     const std::string dir = test::fixtures_dir() + "/chat/" + style;
     std::string origin;
     const auto src = find_chat_template(dir, &origin);
@@ -40,6 +41,8 @@ TEST(ChatTemplate, FixturesEqualTransformers) {
       x["messages"] = c["messages"];
       x["add_generation_prompt"] = c.value("add_generation_prompt", false);
       if (c.contains("tools")) x["tools"] = c["tools"];
+      if (c.contains("kwargs"))  // apply_chat_template's extra keyword arguments, e.g. enable_thinking
+        for (const auto& [k, v] : c["kwargs"].items()) x[k] = v;
       if (c.contains("error")) {
         try {
           t.render(x);
@@ -53,11 +56,13 @@ TEST(ChatTemplate, FixturesEqualTransformers) {
         EXPECT_EQ(tok->encode(text), c["ids"].get<std::vector<int32_t>>()) << style;
       }
       ++cases;
+      ++style_cases;
     }
+    EXPECT_GE(style_cases, 15) << style;
     ++styles;
   }
-  EXPECT_EQ(styles, 3);
-  EXPECT_GE(cases, 45);
+  EXPECT_EQ(styles, 6);
+  EXPECT_GE(cases, 150);
 }
 
 TEST(ChatTemplate, WhitespaceControl) {
