@@ -1383,6 +1383,20 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
   ULY_FAIL(where << ": the list has no entry named \"default\"");
 }
 
+json parse_chat_template_kwargs(const std::string& text, const std::string& option) {
+  json kwargs;
+  try {
+    kwargs = json::parse(text);
+  } catch (const json::exception& e) {
+    ULY_FAIL(option << ": not valid JSON (" << e.what() << "): " << text);
+  }
+  ULY_CHECK(kwargs.is_object(), option << ": expects a JSON object of template variables, e.g. "
+                                          "'{\"enable_thinking\": false}', got " << text);
+  for (const char* key : {"messages", "add_generation_prompt"})
+    ULY_CHECK(!kwargs.contains(key), option << ": '" << key << "' is set from each record; it cannot be a kwarg");
+  return kwargs;
+}
+
 json chat_special_tokens(const std::string& path) {
   const json c = read_tokenizer_config(folder_of(path));
   json out = json::object();

@@ -61,4 +61,9 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
 // bos_token / eos_token of tokenizer_config.json beside `path` as strings ("" when absent).
 nlohmann::ordered_json chat_special_tokens(const std::string& path);
 
+// The extra template variables of a --chat-template-kwargs option (apply_chat_template's
+// **kwargs, e.g. {"enable_thinking": false}): a JSON object, without the variables the caller
+// sets itself (messages, add_generation_prompt). `option` names the option in errors.
+nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text, const std::string& option);
+
 }  // namespace ulysses
