@@ -67,7 +67,7 @@ void write_file(const std::string& path, const std::string& text) {
 
 TEST(Tokenizer, FixturesExist) {
   const auto dirs = fixture_dirs();
-  ASSERT_GE(dirs.size(), 7u) << "expected fixtures/tokenizers/{llama3,gpt2,qwen2,llama2,mistral,nfkc,tekken}";
+  ASSERT_GE(dirs.size(), 8u) << "expected fixtures/tokenizers/{llama3,gpt2,qwen2,llama2,mistral,nfkc,tekken,tekken_words}";
 }
 
 TEST(Tokenizer, MatchesHuggingFaceOnEveryCase) {
@@ -172,6 +172,11 @@ TEST(Tokenizer, TekkenStyleControlTokens) {
   std::vector<std::string> pieces;
   tok::pre_tokenize({steps.front()}, "getHTTPResponse 2024!\n/x A\xCC\x81" "b", pieces);
   EXPECT_EQ(pieces, (std::vector<std::string>{"get", "HTTPResponse", " ", "2", "0", "2", "4", "!\n/", "x", " A\xCC\x81" "b"}));
+  // As many published tokenizer.json files spell the split: no cut at case changes.
+  const json words = json::parse(std::ifstream(test::fixtures_dir() + "/tokenizers/tekken_words/tokenizer.json"));
+  const auto word_steps = tok::parse_pre_tokenizer(words["pre_tokenizer"], "tekken_words");
+  tok::pre_tokenize({word_steps.front()}, "getHTTPResponse 2024!\n/x \xCC\x81" "A", pieces);
+  EXPECT_EQ(pieces, (std::vector<std::string>{"getHTTPResponse", " ", "2", "0", "2", "4", "!\n/", "x", " \xCC\x81" "A"}));
 }
 
 TEST(Tokenizer, ConfigFileChoosesSpecialTokens) {

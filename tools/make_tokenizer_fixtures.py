@@ -23,6 +23,8 @@ Styles:
           digits, "/" after line breaks) + ByteLevel(use_regex=false), ignore_merges, the control
           tokens [INST], [/INST], [SYSTEM_PROMPT], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]...
           at ids 0..33 (in the vocabulary and as special added tokens), ByteLevel decoder.
+  tekken_words  the same with the variant of the split that some published Mistral tokenizer.json
+          files are reported to carry (words as [\p{L}\p{M}]+, no case split), applied as written.
   SentencePiece-style BPE (one vocabulary trained with a Metaspace pre-tokenizer, the
   256 <0xNN> byte tokens after <unk> <s> </s>, byte_fallback and fuse_unk, a limited
   alphabet so that rare characters fall back to bytes), in three dressings:
@@ -251,6 +253,11 @@ def build_qwen2(vocab_size=700, texts=None):
 TEKKEN_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
                 r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# A variant that some of Mistral's published tokenizer.json files are reported to carry: words
+# as [\p{L}\p{M}]+, without the case split (transformers warns about such folders and, with
+# fix_mistral_regex=True, swaps in TEKKEN_REGEX; the `tokenizers` library applies it as written).
+TEKKEN_WORDS_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|"
+                      r"\s+(?!\S)|\s+")
 # The control tokens come first, as in a tekken vocabulary, then fillers up to a round count.
 TEKKEN_SPECIALS = (["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
                     "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
@@ -258,13 +265,13 @@ TEKKEN_SPECIALS = (["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOO
                     "[TOOL_CONTENT]"] + [f"<SPECIAL_{i}>" for i in range(20, 32)] + ["[ARGS]", "[CALL_ID]"])
 
 
-def build_tekken(vocab_size=900, texts=None):
+def build_tekken(vocab_size=900, texts=None, regex=TEKKEN_REGEX):
     """Laid out as transformers' conversion of a tekken.json: the special tokens at ids
     0..N-1, both in the vocabulary and as added tokens; the byte-level BPE after them,
     ignore_merges; Split(tekken regex) + ByteLevel(use_regex=false); ByteLevel decoder
     and post-processor (BOS comes from the chat template)."""
     pre = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(TEKKEN_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok = train(pre, vocab_size, texts or training_texts(), True)
@@ -398,6 +405,7 @@ def main():
         built = {"llama3": build_llama3(), "gpt2": build_gpt2(), "qwen2": build_qwen2()}
         built.update(build_sentencepiece_family(train_sentencepiece_style()))
         built["tekken"] = build_tekken()
+        built["tekken_words"] = build_tekken(regex=TEKKEN_WORDS_REGEX)
     else:
         trng = random.Random(a.seed * 7919)
         built = {
@@ -409,6 +417,7 @@ def main():
         built.update(build_sentencepiece_family(
             train_sentencepiece_style(trng.randint(400, 1500), training_texts(trng), trng.randint(60, 200))))
         built["tekken"] = build_tekken(trng.randint(400, 1500), training_texts(trng))
+        built["tekken_words"] = build_tekken(trng.randint(400, 1500), training_texts(trng), TEKKEN_WORDS_REGEX)
     only = [x for x in a.only.split(",") if x]
     for name, tok_json in built.items():
         # Every fixture draws its random decode ids from the same generator, in this order.

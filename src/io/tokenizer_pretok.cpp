@@ -4,6 +4,7 @@
 // position the alternatives are tried in order, with the outcome Oniguruma's
 // backtracking gives.
 #include <algorithm>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "io/tokenizer_parts.h"
@@ -26,9 +27,13 @@ const char* const kTekkenRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|)"
     R"( ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+const char* const kTekkenWordsRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 std::optional<KnownRegex> recognise_regex(std::string_view pattern) {
   if (pattern == kGpt2Regex) return KnownRegex{KnownRegex::Kind::Gpt2, 0};
-  if (pattern == kTekkenRegex) return KnownRegex{KnownRegex::Kind::Tekken, 1};
+  if (pattern == kTekkenRegex) return KnownRegex{KnownRegex::Kind::Tekken, 1, true};
+  if (pattern == kTekkenWordsRegex) return KnownRegex{KnownRegex::Kind::Tekken, 1, false};
   if (pattern == kLlama3Regex) return KnownRegex{KnownRegex::Kind::Llama3, 3};
   if (pattern == kLlama3SingleDigitRegex) return KnownRegex{KnownRegex::Kind::Llama3, 1};
   return std::nullopt;
@@ -190,14 +195,24 @@ size_t match_upper_word(const Text& t, size_t q) {
   return e == q ? kNoMatch : t.run(e, is_case_lower);
 }
 
-size_t match_tekken(const Text& t, size_t p) {
+// [\p{L}\p{M}]+ at q (the word of kTekkenWordsRegex).
+bool is_letter_or_mark(uint32_t c) { return is_letter(c) || unicode::is_mark(c); }
+size_t match_letters_and_marks(const Text& t, size_t q) {
+  const size_t e = t.run(q, is_letter_or_mark);
+  return e == q ? kNoMatch : e;
+}
+
+size_t match_tekken(const Text& t, size_t p, bool case_split) {
   size_t len0;
   const uint32_t c0 = t.at(p, &len0);
   const size_t p1 = p + len0;
   const bool has_c1 = p1 < t.s.size();
-  // [^\r\n\p{L}\p{N}]? before each of the two word alternatives: taken first, then left out.
+  // [^\r\n\p{L}\p{N}]? before each word alternative: taken first, then left out.
   const bool prefix = has_c1 && !is_crlf(c0) && !is_letter(c0) && !is_number(c0);
-  for (auto word : {match_upper_then_lower, match_upper_word}) {
+  using Word = size_t (*)(const Text&, size_t);
+  const std::initializer_list<Word> words = {match_upper_then_lower, match_upper_word};
+  const std::initializer_list<Word> plain = {match_letters_and_marks};
+  for (Word word : case_split ? words : plain) {
     if (prefix) {
       const size_t e = word(t, p1);
       if (e != kNoMatch) return e;
@@ -230,7 +245,7 @@ void regex_matches(const KnownRegex& re, std::string_view text, std::vector<std:
   size_t p = 0;
   while (p < text.size()) {
     const size_t e = re.kind == KnownRegex::Kind::Gpt2     ? match_gpt2(t, p)
-                     : re.kind == KnownRegex::Kind::Tekken ? match_tekken(t, p)
+                     : re.kind == KnownRegex::Kind::Tekken ? match_tekken(t, p, re.case_split)
                                                            : match_llama3(t, p, re.max_digits);
     if (e == kNoMatch || e <= p) {  // every character matches some alternative; kept for safety
       p = t.next(p);
@@ -399,7 +414,8 @@ std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std
         auto known = tok::recognise_regex(re);
         ULY_CHECK(known.has_value(), path << ": unsupported pre-tokenizer regex '" << re
                                            << "'; supported: the GPT-2 and Llama 3 patterns (and Llama 3's with single "
-                                              "digits), and Mistral's tekken pattern");
+                                              "digits), and Mistral's tekken pattern (with or without the split at "
+                                              "case changes)");
         step.regex = *known;
       } else if (pat.contains("String") && pat["String"].is_string()) {
         step.literal = true;
