@@ -160,6 +160,13 @@ TEST(ChatTemplate, StatedLimits) {
   };
   const int d = limits::kMaxTemplateDepth + 5;
   refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "levels deep");
+  const int ok = limits::kMaxTemplateDepth - 10;  // each parenthesis is one level
+  EXPECT_EQ(render("{{ " + std::string(ok, '(') + "1" + std::string(ok, ')') + " }}"), "1");
+  std::string nots, minuses;
+  for (int i = 0; i < d; ++i) nots += "not ", minuses += "- ";
+  refused("{{ " + nots + "true }}", "levels deep");
+  refused("{{ " + minuses + "1 }}", "levels deep");
+  EXPECT_EQ(render("{{ not not true }} {{ - - 1 }} {{ -+-1 }}"), "True 1 1");
   std::string chain = "1";
   for (int i = 0; i < d; ++i) chain += " + 1";
   refused("{{ " + chain + " }}", "levels deep");          // a long operator chain is a deep tree too

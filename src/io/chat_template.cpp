@@ -254,8 +254,8 @@ class ExprParser {
   ExprP or_() { return binary_chain(&ExprParser::and_, {"or"}); }
   ExprP and_() { return binary_chain(&ExprParser::not_, {"and"}); }
   ExprP not_() {
-    NestGuard nest(nesting_, where_);
     if (is_name("not")) {
+      NestGuard nest(nesting_, where_);
       ++p_;
       auto e = make(Expr::Not);
       adopt(*e, not_());
@@ -282,14 +282,17 @@ class ExprParser {
   ExprP concat() { return binary_chain(&ExprParser::math2, {"~"}); }
   ExprP math2() { return binary_chain(&ExprParser::unary, {"*", "/", "//", "%"}); }
   ExprP unary() {
-    NestGuard nest(nesting_, where_);
-    if (is_op("-")) {
+    if (is_op("-") || is_op("+")) {
+      NestGuard nest(nesting_, where_);
+      if (is_op("+")) {
+        ++p_;
+        return unary();
+      }
       ++p_;
       auto e = make(Expr::Neg);
       adopt(*e, unary());
       return filters(std::move(e));
     }
-    if (is_op("+")) { ++p_; return unary(); }
     return filters(postfix(primary()));
   }
 
