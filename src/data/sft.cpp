@@ -88,44 +88,48 @@ SftDocument SftEncoder::encode_chat(const ojson& messages, size_t first_trained,
       ULY_FAIL(where << ": the chat template (" << template_origin_ << ") does not render this conversation turn by "
                      << "turn (" << why << "), so the tokens of assistant message " << i << " cannot be told apart");
     };
-    // The conversation before this turn, with and without the generation prompt, and through it.
-    const std::string plain = render(i, false), before = render(i, true), through = render(i + 1, false);
-    if (through.compare(0, plain.size(), plain) != 0) refuse("the turn does not follow the conversation before it");
-    const std::string prompt = before.compare(0, plain.size(), plain) == 0 ? before.substr(plain.size()) : "";
-    const size_t line = prompt.find('\n');
-    const std::string header = line == std::string::npos ? prompt : prompt.substr(0, line + 1);
-    // Where the turn starts in the whole conversation: after its generation prompt. When the
-    // history renders otherwise once later turns follow (Qwen 3 drops the reasoning of the
-    // turns before the last user query), the generation prompt is looked for; when the whole
-    // has only its first line there (Qwen 3 with enable_thinking=false: the empty think
-    // block of the prompt is on the last turn only), the turn starts after that line.
-    size_t at = plain.size();
-    if (full.compare(0, plain.size(), plain) != 0 || at < done) {
-      at = prompt.empty() ? std::string::npos : full.find(prompt, done);
-      if (at == std::string::npos && !header.empty()) at = full.find(header, done);
-      if (at == std::string::npos)
-        refuse("the text up to the turn is not a prefix of the whole, and no generation prompt tells where it starts");
-    }
-    size_t start;
-    if (full.compare(at, prompt.size(), prompt) == 0) start = at + prompt.size();
-    else if (!header.empty() && full.compare(at, header.size(), header) == 0) start = at + header.size();
-    else refuse("the whole does not have the generation prompt where the turn starts");
-    if (start < done) refuse("the turn starts inside the previous one");
-    // Where it ends: as the turn rendered last, when the whole holds it so; else (Qwen 3 gives
-    // the last turn an empty think block, the others none) at the first end of a turn after
-    // its start: the template's text from the eos_token on, as the turn rendered last ends.
-    const bool follows = through.compare(0, before.size(), before) == 0;
-    size_t end;
-    if (follows && full.compare(start, through.size() - before.size(), through, before.size()) == 0) {
-      end = start + (through.size() - before.size());
-    } else {
-      const std::string turn = through.substr(plain.size());
-      const size_t k = eos_text.empty() ? std::string::npos : turn.rfind(eos_text);
-      const size_t close = k == std::string::npos ? std::string::npos : full.find(turn.substr(k), start);
-      if (close == std::string::npos)
-        refuse("the turn reads otherwise once later turns follow, and it does not end with the eos_token '" +
-               eos_text + "' to find its end by");
-      end = close + (turn.size() - k);
+    // The conversation up to this turn with the generation prompt, and through it.
+    const std::string before = render(i, true), through = render(i + 1, false);
+    size_t start = before.size(), end = through.size();
+    const bool turn_by_turn = through.compare(0, before.size(), before) == 0 &&
+                              full.compare(0, through.size(), through) == 0 && before.size() >= done;
+    if (!turn_by_turn) {
+      const std::string plain = render(i, false);  // without the generation prompt
+      if (through.compare(0, plain.size(), plain) != 0) refuse("the turn does not follow the conversation before it");
+      const std::string prompt = before.compare(0, plain.size(), plain) == 0 ? before.substr(plain.size()) : "";
+      const size_t line = prompt.find('\n');
+      const std::string header = line == std::string::npos ? prompt : prompt.substr(0, line + 1);
+      // Where the turn starts in the whole conversation: after its generation prompt. When the
+      // history renders otherwise once later turns follow (Qwen 3 drops the reasoning of the
+      // turns before the last user query), the generation prompt is looked for; when the whole
+      // has only its first line there (Qwen 3 with enable_thinking=false: the empty think
+      // block of the prompt is on the last turn only), the turn starts after that line.
+      size_t at = plain.size();
+      if (full.compare(0, plain.size(), plain) != 0 || at < done) {
+        at = prompt.empty() ? std::string::npos : full.find(prompt, done);
+        if (at == std::string::npos && !header.empty()) at = full.find(header, done);
+        if (at == std::string::npos)
+          refuse("the text up to the turn is not a prefix of the whole, and no generation prompt tells where it starts");
+      }
+      if (full.compare(at, prompt.size(), prompt) == 0) start = at + prompt.size();
+      else if (!header.empty() && full.compare(at, header.size(), header) == 0) start = at + header.size();
+      else refuse("the whole does not have the generation prompt where the turn starts");
+      if (start < done) refuse("the turn starts inside the previous one");
+      // Where it ends: as the turn rendered last, when the whole holds it so; else (Qwen 3 gives
+      // the last turn an empty think block, the others none) at the first end of a turn after
+      // its start: the template's text from the eos_token on, as the turn rendered last ends.
+      const bool follows = through.compare(0, before.size(), before) == 0;
+      if (follows && full.compare(start, through.size() - before.size(), through, before.size()) == 0) {
+        end = start + (through.size() - before.size());
+      } else {
+        const std::string turn = through.substr(plain.size());
+        const size_t k = eos_text.empty() ? std::string::npos : turn.rfind(eos_text);
+        const size_t close = k == std::string::npos ? std::string::npos : full.find(turn.substr(k), start);
+        if (close == std::string::npos)
+          refuse("the turn reads otherwise once later turns follow, and it does not end with the eos_token '" +
+                 eos_text + "' to find its end by");
+        end = close + (turn.size() - k);
+      }
     }
     add(d, full.substr(done, start - done), false);
     add(d, full.substr(start, end - start), true);
