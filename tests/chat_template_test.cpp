@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
 #include "test_util.h"
@@ -24,7 +25,8 @@ std::string render(const std::string& src, const json& ctx = json::object()) {
 
 TEST(ChatTemplate, FixturesEqualTransformers) {
   int styles = 0, cases = 0;
-  for (const char* style : {"llama3", "qwen2", "mistral"}) {
+  for (const char* style : {"llama3", "qwen2", "mistral", "qwen3", "mistral_v3", "mistral_v7"}) {
+    int style_cases = 0;
     const std::string dir = test::fixtures_dir() + "/chat/" + style;
     std::string origin;
     const auto src = find_chat_template(dir, &origin);
@@ -39,6 +41,8 @@ TEST(ChatTemplate, FixturesEqualTransformers) {
       x["messages"] = c["messages"];
       x["add_generation_prompt"] = c.value("add_generation_prompt", false);
       if (c.contains("tools")) x["tools"] = c["tools"];
+      if (c.contains("kwargs"))  // apply_chat_template's extra keyword arguments, e.g. enable_thinking
+        for (const auto& [k, v] : c["kwargs"].items()) x[k] = v;
       if (c.contains("error")) {
         try {
           t.render(x);
@@ -52,11 +56,13 @@ TEST(ChatTemplate, FixturesEqualTransformers) {
         EXPECT_EQ(tok->encode(text), c["ids"].get<std::vector<int32_t>>()) << style;
       }
       ++cases;
+      ++style_cases;
     }
+    EXPECT_GE(style_cases, 15) << style;
     ++styles;
   }
-  EXPECT_EQ(styles, 3);
-  EXPECT_GE(cases, 45);
+  EXPECT_EQ(styles, 6);
+  EXPECT_GE(cases, 150);
 }
 
 TEST(ChatTemplate, WhitespaceControl) {
@@ -91,6 +97,99 @@ TEST(ChatTemplate, LoopsAndNamespaces) {
   EXPECT_EQ(render("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", ctx), "a");
   EXPECT_EQ(render("{% for k, v in {'a': 1}.items() %}{{ k }}={{ v }}{% endfor %}"), "a=1");
   EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+}
+
+TEST(ChatTemplate, StringsInsideTags) {
+  // A tag ends at the first "}}" or "%}" outside a string literal, as Jinja's lexer reads it.
+  EXPECT_EQ(render("{{- \"}}\" }}|{{ '%}' }}"), "}}|%}");
+  EXPECT_EQ(render("{% if '%}' %}x{% endif %}{{ 'a\\'}}' }}"), "xa'}}");
+  EXPECT_THROW(render("{{ '}} }}"), Error);  // the string never ends
+}
+
+TEST(ChatTemplate, SelectRejectAndMap) {
+  const json ctx = {{"ms", {{{"role", "user"}, {"content", "a"}, {"f", {{"name", "x"}}}},
+                            {{"role", "assistant"}, {"content", ""}},
+                            {{"role", "user"}, {"content", "b"}}}}};
+  EXPECT_EQ(render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|list }}", ctx), "['a', 'b']");
+  EXPECT_EQ(render("{{ ms|rejectattr('role', 'equalto', 'user')|map(attribute='role')|join(',') }}", ctx), "assistant");
+  EXPECT_EQ(render("{{ ms|selectattr('content')|length }} {{ ms|rejectattr('content')|length }}", ctx), "2 1");
+  EXPECT_EQ(render("{{ ms|selectattr('f.name', 'in', ['x', 'y'])|length }}", ctx), "1");
+  EXPECT_EQ(render("{{ ms|map(attribute='f.name', default='-')|list }}", ctx), "['x', '-', '-']");
+  EXPECT_EQ(render("{{ [1, 2, 3, 4]|select('odd')|list }} {{ [1, 2, 3]|reject('ge', 2)|list }}"), "[1, 3] [1]");
+  EXPECT_EQ(render("{{ ['a', 'b']|map('upper')|join }} {{ [0, 1, '']|select|list }}"), "AB [1]");
+  // The user message that is the last one, found by value as Mistral's templates do.
+  EXPECT_EQ(render("{% set us = ms|selectattr('role', 'equalto', 'user')|list %}"
+                   "{% for m in ms %}{{ m == us[-1] }} {% endfor %}", ctx), "False False True ");
+  EXPECT_THROW(render("{{ 3|selectattr('x')|list }}"), Error);
+}
+
+TEST(ChatTemplate, StringsAreCharacters) {
+  // Python's str counts, indexes and slices code points, not UTF-8 bytes.
+  const json ctx = {{"s", "h\u00e9llo \u65e5\u672c"}};
+  EXPECT_EQ(render("{{ s|length }}|{{ s[1] }}|{{ s[-1] }}|{{ s[:-1] }}|{{ s[::-1] }}", ctx),
+            "8|\u00e9|\u672c|h\u00e9llo \u65e5|\u672c\u65e5 oll\u00e9h");
+  EXPECT_EQ(render("{{ s|reverse }}|{{ 'a\u00e9'|list }}|{% for c in '\u65e5\u672c' %}<{{ c }}>{% endfor %}", ctx),
+            "\u672c\u65e5 oll\u00e9h|['a', '\u00e9']|<\u65e5><\u672c>");
+}
+
+TEST(ChatTemplate, ReasoningSplitAndReversedLoops) {
+  // The constructs of Qwen 3's template, one at a time.
+  const json ctx = {{"c", "<think>\nwhy\n</think>\n\nanswer"}, {"xs", {"a", "b", "c"}}, {"flag", false}};
+  EXPECT_EQ(render("[{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}]"
+                   "[{{ c.split('</think>')[-1].lstrip('\\n') }}]", ctx),
+            "[why][answer]");
+  EXPECT_EQ(render("{% for x in xs[::-1] %}{{ (xs|length - 1) - loop.index0 }}{{ x }}{% endfor %}", ctx), "2c1b0a");
+  EXPECT_EQ(render("{{ flag is false }} {{ flag is defined and flag is false }} {{ missing is false }} "
+                   "{{ c is string }} {{ xs is string }}", ctx),
+            "True True False True False");
+  EXPECT_EQ(render("{{ c.startswith('<think>') and c.endswith('answer') }} {{ '</think>' in c }}", ctx), "True True");
+  EXPECT_EQ(render("{% set ns = namespace(last=xs|length - 1, found=false) %}"
+                   "{% for x in xs[::-1] %}{% if not ns.found and x == 'b' %}{% set ns.found = true %}"
+                   "{% set ns.last = (xs|length - 1) - loop.index0 %}{% endif %}{% endfor %}{{ ns.last }}", ctx),
+            "1");
+}
+
+TEST(ChatTemplate, StatedLimits) {
+  auto refused = [](const std::string& src, const std::string& what) {
+    try {
+      render(src);
+      ADD_FAILURE() << "expected a refusal: " << src.substr(0, 80);
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(what), std::string::npos) << e.message();
+    }
+  };
+  const int d = limits::kMaxTemplateDepth + 5;
+  refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "levels deep");
+  const int ok = limits::kMaxTemplateDepth - 10;  // each parenthesis is one level
+  EXPECT_EQ(render("{{ " + std::string(ok, '(') + "1" + std::string(ok, ')') + " }}"), "1");
+  std::string nots, minuses;
+  for (int i = 0; i < d; ++i) nots += "not ", minuses += "- ";
+  refused("{{ " + nots + "true }}", "levels deep");
+  refused("{{ " + minuses + "1 }}", "levels deep");
+  EXPECT_EQ(render("{{ not not true }} {{ - - 1 }} {{ -+-1 }}"), "True 1 1");
+  std::string chain = "1";
+  for (int i = 0; i < d; ++i) chain += " + 1";
+  refused("{{ " + chain + " }}", "levels deep");          // a long operator chain is a deep tree too
+  refused("{{ x" + std::string(static_cast<size_t>(d) * 6, ' ').replace(0, std::string::npos, [&] {
+            std::string f;
+            for (int i = 0; i < d; ++i) f += "|trim";
+            return f;
+          }()) + " }}", "levels deep");
+  std::string ifs;
+  for (int i = 0; i < d; ++i) ifs += "{% if true %}";
+  for (int i = 0; i < d; ++i) ifs += "{% endif %}";
+  refused(ifs, "levels deep");
+  refused("{{ range(2000000)|length }}", "list of more than");
+  refused("{{ range(-9223372036854775807, 9223372036854775807)|length }}", "list of more than");
+  refused("{{ 'ab' * 1000000000000 }}", "MiB");
+  std::string sum = "0";
+  for (int i = 0; i < 90; ++i) sum += " + 1";  // about 180 steps an iteration: the limit comes soon
+  refused("{% for i in range(1000000) %}{% for j in range(1000000) %}{% set x = " + sum +
+              " %}{% endfor %}{% endfor %}", "evaluation steps");
+  refused("{% for i in range(1000000) %}{% for j in range(1000000) if j > 1000000 %}{% endfor %}{% endfor %}",
+          "evaluation steps");
+  refused("{{ {'a': 1}|tojson(indent=100000000) }}", "indent in [0, 64]");
+  EXPECT_EQ(render("{{ range(3, -3, -2)|list }} {{ range(0)|list }} {{ 'ab' * 2 }}{{ 'x' * -1 }}"), "[3, 1, -1] [] abab");
 }
 
 TEST(ChatTemplate, ErrorsNameTheConstruct) {

@@ -67,7 +67,7 @@ void write_file(const std::string& path, const std::string& text) {
 
 TEST(Tokenizer, FixturesExist) {
   const auto dirs = fixture_dirs();
-  ASSERT_GE(dirs.size(), 6u) << "expected fixtures/tokenizers/{llama3,gpt2,qwen2,llama2,mistral,nfkc}";
+  ASSERT_GE(dirs.size(), 8u) << "expected fixtures/tokenizers/{llama3,gpt2,qwen2,llama2,mistral,nfkc,tekken,tekken_words}";
 }
 
 TEST(Tokenizer, MatchesHuggingFaceOnEveryCase) {
@@ -145,6 +145,38 @@ TEST(Tokenizer, Gpt2StyleAddedTokens) {
   const auto ids = tok->encode("a <mask>", false);
   ASSERT_EQ(ids.size(), 2u);
   EXPECT_EQ(ids[1], *mask);
+}
+
+TEST(Tokenizer, TekkenStyleControlTokens) {
+  // Mistral's byte-level "tekken" layout: the control tokens are ids 0..N-1, in the
+  // vocabulary and as special added tokens; the split regex cuts words at case changes.
+  auto tok = load_hf_tokenizer(test::fixtures_dir() + "/tokenizers/tekken");
+  EXPECT_EQ(tok->token_id("<s>"), 1);
+  EXPECT_EQ(tok->token_id("[INST]"), 3);
+  EXPECT_EQ(tok->token_id("[/INST]"), 4);
+  const auto sys = tok->token_id("[SYSTEM_PROMPT]"), calls = tok->token_id("[TOOL_CALLS]");
+  ASSERT_TRUE(sys && calls);
+  EXPECT_LT(*sys, 40);
+  EXPECT_EQ(tok->eos_id(), 2);                      // "</s>" by its name
+  EXPECT_FALSE(tok->bos_id().has_value());          // a ByteLevel post-processor adds none
+  EXPECT_EQ(tok->encode("hi", true), tok->encode("hi", false));
+  const auto ids = tok->encode("[INST]Hi[/INST][TOOL_CALLS]", false);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids.front(), 3);
+  EXPECT_EQ(ids.back(), *calls);
+  EXPECT_EQ(tok->decode(ids, true), "Hi");
+  EXPECT_EQ(tok->decode(ids, false), "[INST]Hi[/INST][TOOL_CALLS]");
+  // Pre-tokens: case changes and marks, single digits, "/" after a line break.
+  const json root = json::parse(std::ifstream(test::fixtures_dir() + "/tokenizers/tekken/tokenizer.json"));
+  const auto steps = tok::parse_pre_tokenizer(root["pre_tokenizer"], "tekken");
+  std::vector<std::string> pieces;
+  tok::pre_tokenize({steps.front()}, "getHTTPResponse 2024!\n/x A\xCC\x81" "b", pieces);
+  EXPECT_EQ(pieces, (std::vector<std::string>{"get", "HTTPResponse", " ", "2", "0", "2", "4", "!\n/", "x", " A\xCC\x81" "b"}));
+  // As many published tokenizer.json files spell the split: no cut at case changes.
+  const json words = json::parse(std::ifstream(test::fixtures_dir() + "/tokenizers/tekken_words/tokenizer.json"));
+  const auto word_steps = tok::parse_pre_tokenizer(words["pre_tokenizer"], "tekken_words");
+  tok::pre_tokenize({word_steps.front()}, "getHTTPResponse 2024!\n/x \xCC\x81" "A", pieces);
+  EXPECT_EQ(pieces, (std::vector<std::string>{"getHTTPResponse", " ", "2", "0", "2", "4", "!\n/", "x", " \xCC\x81" "A"}));
 }
 
 TEST(Tokenizer, ConfigFileChoosesSpecialTokens) {
@@ -320,6 +352,11 @@ TEST(Tokenizer, Utf8Helpers) {
   EXPECT_TRUE(unicode::is_number(0x0663));   // Arabic-Indic three
   EXPECT_FALSE(unicode::is_letter(0x0301));  // a combining mark is not a letter
   EXPECT_TRUE(unicode::is_space(0x3000));
+  EXPECT_TRUE(unicode::is_lower_letter('a') && unicode::is_lower_letter(0x3C9));  // ω
+  EXPECT_FALSE(unicode::is_lower_letter(0x1C5) || unicode::is_upper_or_title_letter(0x2B0));  // ǅ is Lt, ʰ is Lm
+  EXPECT_TRUE(unicode::is_upper_or_title_letter(0x1C5) && unicode::is_upper_or_title_letter(0xC9));
+  EXPECT_TRUE(unicode::is_mark(0x301) && unicode::is_mark(0x93F));  // combining acute, Devanagari vowel sign
+  EXPECT_FALSE(unicode::is_mark('a') || unicode::is_mark(0x2B0));
   EXPECT_FALSE(unicode::is_space(0x1C));     // Python's isspace says yes; \s and Rust say no
   for (int b = 0; b < 256; ++b) EXPECT_EQ(tok::char_to_byte(tok::byte_to_char(static_cast<uint8_t>(b))), b);
 }

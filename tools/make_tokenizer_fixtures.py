@@ -18,6 +18,13 @@ Styles:
   gpt2    ByteLevel(use_regex=true) pre-tokenizer (the GPT-2 regex), <|endoftext|>,
           a non-special added token and an lstrip special token; merges as [a, b] pairs.
   qwen2   NFC normalizer, Split(Llama 3 regex with single digits) + ByteLevel, <|im_start|> etc.
+  tekken  Mistral's byte-level "tekken" layout (NeMo and later, as transformers converts a
+          tekken.json): Split(tekken regex: case-change word split, marks in words, single
+          digits, "/" after line breaks) + ByteLevel(use_regex=false), ignore_merges, the control
+          tokens [INST], [/INST], [SYSTEM_PROMPT], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]...
+          at ids 0..33 (in the vocabulary and as special added tokens), ByteLevel decoder.
+  tekken_words  the same with the variant of the split that some published Mistral tokenizer.json
+          files are reported to carry (words as [\p{L}\p{M}]+, no case split), applied as written.
   SentencePiece-style BPE (one vocabulary trained with a Metaspace pre-tokenizer, the
   256 <0xNN> byte tokens after <unk> <s> </s>, byte_fallback and fuse_unk, a limited
   alphabet so that rare characters fall back to bytes), in three dressings:
@@ -28,6 +35,9 @@ Styles:
   nfkc      NFKC normalizer, Metaspace(prepend_scheme "always", split true), Metaspace decoder
 
   python3 tools/make_tokenizer_fixtures.py --out fixtures/tokenizers        # committed set
+  python3 tools/make_tokenizer_fixtures.py --out fixtures/tokenizers --only tekken   # one of them
+      (the SentencePiece-style vocabulary is not reproducible: BpeTrainer's limit_alphabet
+       breaks ties differently from run to run, so write llama2/mistral/nfkc only on purpose)
   python3 tools/make_tokenizer_fixtures.py --out /tmp/tk --random-texts 300 --seed 3
       (random texts; with a seed other than 0 the tokenizers are also varied:
        vocab size, add_prefix_space, ignore_merges, training text sample)
@@ -138,6 +148,14 @@ CASES = [
     "<s>inside</s> [INST] hi [/INST] <unk> <0x41> \u2581<s>",
     "a \u03a9mega b x\u03a9mega  \u03a9mega\u03a9mega <custom>",
     "Tokyo \u6771\u4eac \U0001f600 \U0001f9d1\u200d\U0001f4bb rare \u16a0\u16a2 \u0f00 \U0001d11e",
+    # Letter case and marks (the tekken split regex cuts words at upper/lower case changes).
+    "HTTPServer getHTTPResponse camelCaseWord XMLHttpRequest iPhone McDonald's ÉCOLE École ABCdef",
+    "\u01c4 \u01c5 \u01c6 \u01c5a \u02b0\u02b2 x\u02b0 \u0301A \u0301a a\u0301B A\u0301b \u0915\u093f\u0924 "
+    "\u1f88\u1f00 \u2160x \uff21\uff41",
+    "path/to/file.txt\n/etc//passwd\r\n/ !/\n\n// x\\/y ?!/\r/",
+    "[INST]Hi[/INST]Hello</s>[INST] again [/INST][SYSTEM_PROMPT]sys[/SYSTEM_PROMPT]",
+    "[AVAILABLE_TOOLS][{\"name\": \"f\"}][/AVAILABLE_TOOLS][TOOL_CALLS][ARGS]{\"a\": 1}[TOOL_RESULTS]2[/TOOL_RESULTS]",
+    "<SPECIAL_20> <unk><pad>[IMG][INST [/INST] [inst]",
 ]
 
 # Characters to draw random texts from.
@@ -147,7 +165,9 @@ RANDOM_POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") * 3 
                ["\u0301", "\u0308", "\u00a0", "\u3000", "\u2009", "\u0085", "\u000b", "\u000c", "\u001c", "\u2028"] +
                list("Ωαβγабвгд١٢٣४५६½²") +
                ["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "<mask>", "'s", "'RE", "'ll", "\r\n",
-                "123456", " the", " and", "  ", "\n\n"])
+                "123456", " the", " and", "  ", "\n\n"] +
+               # letter case for the tekken split: titlecase, modifier letters, marks, slashes
+               ["\u01c5", "\u02b0", "\u1f88", "\u0915\u093f", "/", "\n/", "ABC", "Ab", "aB", "\u00c9t\u00c9", "x/"])
 
 
 def training_texts(rng=None):
@@ -225,6 +245,46 @@ def build_qwen2(vocab_size=700, texts=None):
     tok = train(pre, vocab_size, texts or training_texts(), False)
     tok.normalizer = normalizers.NFC()
     tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    return json.loads(tok.to_str())
+
+
+# Mistral's "tekken" split (the byte-level BPE of Mistral NeMo and later): words cut where
+# the letter case changes, marks inside words, single digits, "/" after punctuation.
+TEKKEN_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# A variant that some of Mistral's published tokenizer.json files are reported to carry: words
+# as [\p{L}\p{M}]+, without the case split (transformers warns about such folders and, with
+# fix_mistral_regex=True, swaps in TEKKEN_REGEX; the `tokenizers` library applies it as written).
+TEKKEN_WORDS_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|"
+                      r"\s+(?!\S)|\s+")
+# The control tokens come first, as in a tekken vocabulary, then fillers up to a round count.
+TEKKEN_SPECIALS = (["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
+                    "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+                    "[TOOL_CONTENT]"] + [f"<SPECIAL_{i}>" for i in range(20, 32)] + ["[ARGS]", "[CALL_ID]"])
+
+
+def build_tekken(vocab_size=900, texts=None, regex=TEKKEN_REGEX):
+    """Laid out as transformers' conversion of a tekken.json: the special tokens at ids
+    0..N-1, both in the vocabulary and as added tokens; the byte-level BPE after them,
+    ignore_merges; Split(tekken regex) + ByteLevel(use_regex=false); ByteLevel decoder
+    and post-processor (BOS comes from the chat template)."""
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok = train(pre, vocab_size, texts or training_texts(), True)
+    j = json.loads(tok.to_str())
+    n = len(TEKKEN_SPECIALS)
+    vocab = {t: i for i, t in enumerate(TEKKEN_SPECIALS)}
+    for t, i in sorted(j["model"]["vocab"].items(), key=lambda kv: kv[1]):
+        vocab[t] = i + n
+    j["model"]["vocab"] = vocab
+    j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TEKKEN_SPECIALS])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return json.loads(tok.to_str())
 
 
@@ -335,12 +395,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--random-texts", type=int, default=0, help="add N random texts to the fixed cases")
     ap.add_argument("--seed", type=int, default=0, help="random texts; a non-zero seed also varies the tokenizers")
+    ap.add_argument("--only", default="", help="comma-separated names to write (default: all); BpeTrainer's "
+                    "limit_alphabet breaks ties differently from run to run, so the SentencePiece-style three "
+                    "change whenever they are written again")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     texts = CASES + random_texts(rng, a.random_texts)
     if a.seed == 0:
         built = {"llama3": build_llama3(), "gpt2": build_gpt2(), "qwen2": build_qwen2()}
         built.update(build_sentencepiece_family(train_sentencepiece_style()))
+        built["tekken"] = build_tekken()
+        built["tekken_words"] = build_tekken(regex=TEKKEN_WORDS_REGEX)
     else:
         trng = random.Random(a.seed * 7919)
         built = {
@@ -351,8 +416,14 @@ def main():
         }
         built.update(build_sentencepiece_family(
             train_sentencepiece_style(trng.randint(400, 1500), training_texts(trng), trng.randint(60, 200))))
+        built["tekken"] = build_tekken(trng.randint(400, 1500), training_texts(trng))
+        built["tekken_words"] = build_tekken(trng.randint(400, 1500), training_texts(trng), TEKKEN_WORDS_REGEX)
+    only = [x for x in a.only.split(",") if x]
     for name, tok_json in built.items():
-        write_fixture(a.out, name, tok_json, texts, rng)
+        # Every fixture draws its random decode ids from the same generator, in this order.
+        fixture_rng = random.Random(rng.random())
+        if not only or name in only:
+            write_fixture(a.out, name, tok_json, texts, fixture_rng)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,8 @@ int run_generate(int argc, char** argv) {
       {"prompt", true, false, "the prompt text"},
       {"prompt-ids", true, false, "the prompt as comma-separated token ids (instead of --prompt)"},
       {"chat", false, false, "wrap the prompt as one user message in the model's chat template"},
+      {"chat-template-kwargs", true, false, "with --chat: more template variables as a JSON object, e.g. "
+                                            "'{\"enable_thinking\": false}'"},
       {"add-special-tokens", false, false, "apply the tokenizer's post-processor to the prompt (Llama 3: BOS)"},
       {"max-new-tokens", true, false, "tokens to generate (default 64)"},
       {"temperature", true, false, "0 = greedy (default); > 0 samples from softmax(logits / T)"},
@@ -150,6 +152,10 @@ int run_generate(int argc, char** argv) {
       ULY_CHECK(src.has_value(), "generate: --chat needs a chat template; " << dir << " has none (tokenizer_config.json "
                                                                             << "chat_template or chat_template.jinja)");
       nlohmann::ordered_json ctx = chat_special_tokens(tok_spec == "byte" ? dir : tok_spec);
+      if (args.has("chat-template-kwargs")) {
+        const auto kwargs = parse_chat_template_kwargs(args.get("chat-template-kwargs"), "generate: --chat-template-kwargs");
+        for (const auto& [k, v] : kwargs.items()) ctx[k] = v;
+      }
       ctx["messages"] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
       ctx["add_generation_prompt"] = true;
       text = ChatTemplate(*src, origin).render(ctx);

@@ -78,6 +78,8 @@ int run_prepare(int argc, char** argv) {
       {"text-key", true, false, "same as --text-column"},
       {"chat-template", true, false, "chat template for \"messages\" records: a .jinja, tokenizer_config.json or "
                                      "folder (default: the tokenizer's folder)"},
+      {"chat-template-kwargs", true, false, "more chat-template variables as a JSON object, as apply_chat_template's "
+                                            "kwargs, e.g. '{\"enable_thinking\": false}'"},
       {"chunk-bytes", true, false, "plain-text files are read and tokenized in pieces of about this size "
                                    "(default 1M; bounds the memory)"},
       {"shard-tokens", true, false, "tokens per shard before a new one starts (default 100M)"},
@@ -114,6 +116,7 @@ int run_prepare(int argc, char** argv) {
   ULY_CHECK(!args.has("text-column") || !args.has("text-key") || args.get("text-column") == args.get("text-key"),
             "prepare: --text-column and --text-key name the same thing; give one");
   o.chat_template = args.get("chat-template");
+  o.chat_template_kwargs = args.get("chat-template-kwargs");
   if (args.has("chunk-bytes")) o.chunk_bytes = static_cast<size_t>(parse_count("chunk-bytes", args.get("chunk-bytes")));
   if (args.has("shard-tokens")) o.shard_tokens = parse_count("shard-tokens", args.get("shard-tokens"));
   if (args.has("val-fraction")) {

@@ -92,5 +92,14 @@ inline constexpr size_t kMaxTokenizeBytes = size_t{1} << 30;     // `tokenize`'s
 inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;         // nodes after alias expansion
 inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Hugging Face's reader
 
+// Chat templates (io/chat_template.cpp): a template comes with a model folder, so what it can
+// make the renderer do is bounded. Nesting of tags and of expressions (the parser and the
+// evaluator recurse), evaluation steps per render (nodes run and expressions evaluated: a
+// loop over range(10**9) stops), and the size of any string or list a render builds.
+inline constexpr int kMaxTemplateDepth = 100;
+inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 24;
+inline constexpr size_t kMaxTemplateBytes = size_t{256} << 20;  // the output, and any string value
+inline constexpr size_t kMaxTemplateItems = size_t{1} << 20;    // a list (range(), list + list)
+
 }  // namespace limits
 }  // namespace ulysses

@@ -125,7 +125,7 @@ void write_manifest(const PrepareOptions& o, const Tokenizer& tok, const std::op
   auto opt = [](const std::optional<int32_t>& v) { return v ? json(*v) : json(nullptr); };
   json inputs = json::array();
   for (const CorpusFile& f : files) inputs.push_back(f.path);
-  const json m = {
+  json m = {
       {"format", "ulysses-token-shards"},
       {"version", 1},
       {"tokenizer",
@@ -144,6 +144,7 @@ void write_manifest(const PrepareOptions& o, const Tokenizer& tok, const std::op
       {"train", split_json(r.train)},
       {"val", split_json(r.val)},
   };
+  if (!o.chat_template_kwargs.empty()) m["chat_template_kwargs"] = json::parse(o.chat_template_kwargs);
   write_file_atomic((fs::path(o.out_dir) / "manifest.json").string(), m.dump(2) + "\n");
 }
 
@@ -172,7 +173,10 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
 
   const std::string template_path = !o.chat_template.empty() ? o.chat_template
                                     : o.tokenizer == "byte" || o.tokenizer.empty() ? std::string() : o.tokenizer;
-  const SftEncoder sft(*tok, template_path, eos);
+  const nlohmann::ordered_json template_kwargs =
+      o.chat_template_kwargs.empty() ? nlohmann::ordered_json::object()
+                                     : parse_chat_template_kwargs(o.chat_template_kwargs, "prepare: --chat-template-kwargs");
+  const SftEncoder sft(*tok, template_path, eos, template_kwargs);
   CorpusReader reader(files, o.text_key, o.chunk_bytes);
   SplitWriter train("train", o, *tok), val("val", o, *tok);
   // On failure, leave no shard of this run behind (a later run would refuse the folder).

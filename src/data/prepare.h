@@ -22,6 +22,7 @@ struct PrepareOptions {
   bool force = false;               // replace an earlier prepare output in out_dir
   double progress_interval_s = -1;  // < 0: 0.25 s on a terminal, 5 s otherwise; 0: no progress
   std::string chat_template;        // for `messages` records: a .jinja, tokenizer_config.json or folder (default: the tokenizer's)
+  std::string chat_template_kwargs;  // a JSON object of more template variables, e.g. {"enable_thinking": false}
   size_t chunk_bytes = size_t(1) << 20;  // plain-text documents are read and tokenized in pieces of about this size
   size_t batch_bytes = size_t(8) << 20;  // text tokenized in parallel at a time: with chunk_bytes, bounds the memory
 };

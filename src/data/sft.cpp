@@ -11,7 +11,8 @@ namespace ulysses {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-SftEncoder::SftEncoder(const Tokenizer& tokenizer, const std::string& template_path, std::optional<int32_t> eos)
+SftEncoder::SftEncoder(const Tokenizer& tokenizer, const std::string& template_path, std::optional<int32_t> eos,
+                       const ojson& template_kwargs)
     : tok_(tokenizer), eos_(eos) {
   if (template_path.empty()) return;
   std::error_code ec;
@@ -31,6 +32,8 @@ SftEncoder::SftEncoder(const Tokenizer& tokenizer, const std::string& template_p
   template_ = std::make_unique<ChatTemplate>(*source, origin);
   template_origin_ = origin;
   specials_ = chat_special_tokens(fs::is_directory(p, ec) ? p.string() : p.parent_path().string());
+  if (template_kwargs.is_object())
+    for (const auto& [k, v] : template_kwargs.items()) specials_[k] = v;
 }
 
 bool SftEncoder::is_sft_record(const ojson& r) {
@@ -57,8 +60,10 @@ SftDocument SftEncoder::encode_chat(const ojson& messages, size_t first_trained,
     const std::string role = m["role"];
     ULY_CHECK(role == "system" || role == "user" || role == "assistant" || role == "tool",
               where << ": message " << i << " has role '" << role << "'; expected system, user, assistant or tool");
-    ULY_CHECK(m.contains("content") && (m["content"].is_string() || m["content"].is_null()),
-              where << ": message " << i << " needs a string \"content\"");
+    const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+    ULY_CHECK((m.contains("content") && (m["content"].is_string() || m["content"].is_null())) ||
+                  (calls && !m.contains("content")),
+              where << ": message " << i << " needs a string \"content\" (or \"tool_calls\" instead)");
   }
   auto render = [&](size_t n, bool generation_prompt) {
     ojson ctx = specials_;
@@ -72,19 +77,63 @@ SftDocument SftEncoder::encode_chat(const ojson& messages, size_t first_trained,
     }
   };
   const std::string full = render(messages.size(), false);
+  const std::string eos_text = specials_.is_object() && specials_.contains("eos_token") &&
+                                       specials_["eos_token"].is_string()
+                                   ? specials_["eos_token"].get<std::string>() : std::string();
   SftDocument d;
   size_t done = 0;  // characters of `full` emitted
   for (size_t i = first_trained; i < messages.size(); ++i) {
     if (messages[i]["role"] != "assistant") continue;
+    auto refuse = [&](const std::string& why) {
+      ULY_FAIL(where << ": the chat template (" << template_origin_ << ") does not render this conversation turn by "
+                     << "turn (" << why << "), so the tokens of assistant message " << i << " cannot be told apart");
+    };
+    // The conversation up to this turn with the generation prompt, and through it.
     const std::string before = render(i, true), through = render(i + 1, false);
-    ULY_CHECK(through.size() >= before.size() && through.compare(0, before.size(), before) == 0 &&
-                  full.compare(0, through.size(), through) == 0 && before.size() >= done,
-              where << ": the chat template (" << template_origin_ << ") does not render this conversation turn by "
-                    << "turn (the text up to assistant message " << i << " is not a prefix of the whole), so the "
-                    << "assistant tokens cannot be told apart");
-    add(d, full.substr(done, before.size() - done), false);
-    add(d, through.substr(before.size()), true);
-    done = through.size();
+    size_t start = before.size(), end = through.size();
+    const bool turn_by_turn = through.compare(0, before.size(), before) == 0 &&
+                              full.compare(0, through.size(), through) == 0 && before.size() >= done;
+    if (!turn_by_turn) {
+      const std::string plain = render(i, false);  // without the generation prompt
+      if (through.compare(0, plain.size(), plain) != 0) refuse("the turn does not follow the conversation before it");
+      const std::string prompt = before.compare(0, plain.size(), plain) == 0 ? before.substr(plain.size()) : "";
+      const size_t line = prompt.find('\n');
+      const std::string header = line == std::string::npos ? prompt : prompt.substr(0, line + 1);
+      // Where the turn starts in the whole conversation: after its generation prompt. When the
+      // history renders otherwise once later turns follow (Qwen 3 drops the reasoning of the
+      // turns before the last user query), the generation prompt is looked for; when the whole
+      // has only its first line there (Qwen 3 with enable_thinking=false: the empty think
+      // block of the prompt is on the last turn only), the turn starts after that line.
+      size_t at = plain.size();
+      if (full.compare(0, plain.size(), plain) != 0 || at < done) {
+        at = prompt.empty() ? std::string::npos : full.find(prompt, done);
+        if (at == std::string::npos && !header.empty()) at = full.find(header, done);
+        if (at == std::string::npos)
+          refuse("the text up to the turn is not a prefix of the whole, and no generation prompt tells where it starts");
+      }
+      if (full.compare(at, prompt.size(), prompt) == 0) start = at + prompt.size();
+      else if (!header.empty() && full.compare(at, header.size(), header) == 0) start = at + header.size();
+      else refuse("the whole does not have the generation prompt where the turn starts");
+      if (start < done) refuse("the turn starts inside the previous one");
+      // Where it ends: as the turn rendered last, when the whole holds it so; else (Qwen 3 gives
+      // the last turn an empty think block, the others none) at the first end of a turn after
+      // its start: the template's text from the eos_token on, as the turn rendered last ends.
+      const bool follows = through.compare(0, before.size(), before) == 0;
+      if (follows && full.compare(start, through.size() - before.size(), through, before.size()) == 0) {
+        end = start + (through.size() - before.size());
+      } else {
+        const std::string turn = through.substr(plain.size());
+        const size_t k = eos_text.empty() ? std::string::npos : turn.rfind(eos_text);
+        const size_t close = k == std::string::npos ? std::string::npos : full.find(turn.substr(k), start);
+        if (close == std::string::npos)
+          refuse("the turn reads otherwise once later turns follow, and it does not end with the eos_token '" +
+                 eos_text + "' to find its end by");
+        end = close + (turn.size() - k);
+      }
+    }
+    add(d, full.substr(done, start - done), false);
+    add(d, full.substr(start, end - start), true);
+    done = end;
   }
   add(d, full.substr(done), false);
   return d;

@@ -6,6 +6,12 @@
 //                       assistant turn (what the template adds between the generation
 //                       prompt and the end of the turn, its end token included) is
 //                       trained, everything else (system, user, template text) is context.
+//                       The targets are the whole conversation's text: where a template
+//                       renders a turn otherwise once later turns follow (Qwen 3 drops
+//                       the reasoning of turns before the last user query, and gives only
+//                       the last turn an empty think block), a turn starts after its
+//                       generation prompt, found in the whole text, and ends with the
+//                       template's text from the eos_token on (e.g. "<|im_end|>\n").
 //   prompt, completion  strings: prompt + completion, the completion (and the EOS, when
 //                       one is appended) trained. Lists of messages: the chat
 //                       prompt + completion, the completion's assistant turns trained.
@@ -34,8 +40,11 @@ struct SftDocument {
 class SftEncoder {
  public:
   // template_path: a chat_template.jinja, a tokenizer_config.json, or a folder holding either;
-  // empty: none (then only string prompt/completion records work).
-  SftEncoder(const Tokenizer& tokenizer, const std::string& template_path, std::optional<int32_t> eos);
+  // empty: none (then only string prompt/completion records work). template_kwargs: more
+  // variables for the template (a JSON object, e.g. {"enable_thinking": false}), as
+  // apply_chat_template's **kwargs; a record's own "tools" win over a "tools" here.
+  SftEncoder(const Tokenizer& tokenizer, const std::string& template_path, std::optional<int32_t> eos,
+             const nlohmann::ordered_json& template_kwargs = nlohmann::ordered_json::object());
   // True for a record this encoder handles (has messages, or prompt and completion).
   static bool is_sft_record(const nlohmann::ordered_json& record);
   // where: "file:line", for errors.

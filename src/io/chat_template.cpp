@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace ulysses {
 namespace {
@@ -30,6 +31,23 @@ bool truthy(const json& v) {
   if (v.is_number()) return v.get<double>() != 0.0;
   if (v.is_string()) return !v.get_ref<const std::string&>().empty();
   return !v.empty();
+}
+
+// The characters (code points) of a UTF-8 string, as Python's str sees them; a byte that
+// starts no valid sequence is one character of its own.
+std::vector<std::string> utf8_chars(const std::string& s) {
+  std::vector<std::string> out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 1;
+    if (i + n > s.size()) n = 1;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) n = 1;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
 }
 
 std::string py_float(double d) {
@@ -187,6 +205,7 @@ struct Expr {
   std::string name;  // Var, Attr, Filter, Test, Bin (operator), Call (function name when callee is a Var)
   std::vector<ExprP> args;  // operands / arguments (args[0] = subject for Attr/Index/Slice/Filter/Test/Call)
   std::vector<std::pair<std::string, ExprP>> kwargs;
+  int depth = 1;  // of the tree below it, bounded by limits::kMaxTemplateDepth
 };
 
 ExprP make(Expr::Kind k) {
@@ -194,6 +213,18 @@ ExprP make(Expr::Kind k) {
   e->kind = k;
   return e;
 }
+
+// Counts the levels of a recursive descent; more than limits::kMaxTemplateDepth is refused.
+struct NestGuard {
+  int& depth;
+  NestGuard(int& d, const std::string& where) : depth(d) {
+    ULY_CHECK(++depth <= limits::kMaxTemplateDepth,
+              where << ": nested more than " << limits::kMaxTemplateDepth << " levels deep");
+  }
+  ~NestGuard() { --depth; }
+  NestGuard(const NestGuard&) = delete;
+  NestGuard& operator=(const NestGuard&) = delete;
+};
 
 class ExprParser {
  public:
@@ -205,15 +236,16 @@ class ExprParser {
     return e;
   }
   ExprP expr() {  // a if c else b
+    NestGuard nest(nesting_, where_);
     ExprP e = or_();
     if (is_name("if")) {
       ++p_;
       auto c = make(Expr::Cond);
-      c->args.push_back(std::move(e));
-      c->args.push_back(or_());
+      adopt(*c, std::move(e));
+      adopt(*c, or_());
       if (is_name("else")) {
         ++p_;
-        c->args.push_back(expr());
+        adopt(*c, expr());
       }
       return c;
     }
@@ -223,9 +255,10 @@ class ExprParser {
   ExprP and_() { return binary_chain(&ExprParser::not_, {"and"}); }
   ExprP not_() {
     if (is_name("not")) {
+      NestGuard nest(nesting_, where_);
       ++p_;
       auto e = make(Expr::Not);
-      e->args.push_back(not_());
+      adopt(*e, not_());
       return e;
     }
     return compare();
@@ -240,8 +273,8 @@ class ExprParser {
       else return l;
       auto b = make(Expr::Bin);
       b->name = op;
-      b->args.push_back(std::move(l));
-      b->args.push_back(math1());
+      adopt(*b, std::move(l));
+      adopt(*b, math1());
       l = std::move(b);
     }
   }
@@ -249,13 +282,17 @@ class ExprParser {
   ExprP concat() { return binary_chain(&ExprParser::math2, {"~"}); }
   ExprP math2() { return binary_chain(&ExprParser::unary, {"*", "/", "//", "%"}); }
   ExprP unary() {
-    if (is_op("-")) {
+    if (is_op("-") || is_op("+")) {
+      NestGuard nest(nesting_, where_);
+      if (is_op("+")) {
+        ++p_;
+        return unary();
+      }
       ++p_;
       auto e = make(Expr::Neg);
-      e->args.push_back(unary());
+      adopt(*e, unary());
       return filters(std::move(e));
     }
-    if (is_op("+")) { ++p_; return unary(); }
     return filters(postfix(primary()));
   }
 
@@ -292,8 +329,8 @@ class ExprParser {
       ++p_;
       auto b = make(Expr::Bin);
       b->name = hit;
-      b->args.push_back(std::move(l));
-      b->args.push_back((this->*next)());
+      adopt(*b, std::move(l));
+      adopt(*b, (this->*next)());
       l = std::move(b);
     }
   }
@@ -306,9 +343,11 @@ class ExprParser {
       if (t_[p_].kind == Tok::Name && t_[p_ + 1].kind == Tok::Op && t_[p_ + 1].text == "=") {
         std::string k = t_[p_].text;
         p_ += 2;
-        call.kwargs.emplace_back(k, expr());
+        ExprP v = expr();
+        deepen(call, *v);
+        call.kwargs.emplace_back(k, std::move(v));
       } else {
-        call.args.push_back(expr());
+        adopt(call, expr());
       }
       if (!is_op(",")) break;
       ++p_;
@@ -347,11 +386,11 @@ class ExprParser {
       ExprP e = expr();
       if (is_op(",")) {  // a tuple: a list will do
         auto l = make(Expr::List);
-        l->args.push_back(std::move(e));
+        adopt(*l, std::move(e));
         while (is_op(",")) {
           ++p_;
           if (is_op(")")) break;
-          l->args.push_back(expr());
+          adopt(*l, expr());
         }
         e = std::move(l);
       }
@@ -362,7 +401,7 @@ class ExprParser {
       ++p_;
       auto l = make(Expr::List);
       while (!is_op("]")) {
-        l->args.push_back(expr());
+        adopt(*l, expr());
         if (!is_op(",")) break;
         ++p_;
       }
@@ -373,9 +412,9 @@ class ExprParser {
       ++p_;
       auto d = make(Expr::Dict);
       while (!is_op("}")) {
-        d->args.push_back(expr());
+        adopt(*d, expr());
         expect_op(":");
-        d->args.push_back(expr());
+        adopt(*d, expr());
         if (!is_op(",")) break;
         ++p_;
       }
@@ -390,7 +429,7 @@ class ExprParser {
         ++p_;
         auto a = make(Expr::Attr);
         a->name = take_name();
-        a->args.push_back(std::move(e));
+        adopt(*a, std::move(e));
         e = std::move(a);
       } else if (is_op("[")) {
         ++p_;
@@ -407,13 +446,13 @@ class ExprParser {
         }
         expect_op("]");
         auto s = make(slice ? Expr::Slice : Expr::Index);
-        s->args.push_back(std::move(e));
-        for (int k = 0; k < (slice ? 3 : 1); ++k) s->args.push_back(std::move(idx[k]));
+        adopt(*s, std::move(e));
+        for (int k = 0; k < (slice ? 3 : 1); ++k) adopt(*s, std::move(idx[k]));
         e = std::move(s);
       } else if (is_op("(")) {
         ++p_;
         auto c = make(Expr::Call);
-        c->args.push_back(std::move(e));
+        adopt(*c, std::move(e));
         call_args(*c);
         e = std::move(c);
       } else {
@@ -427,7 +466,7 @@ class ExprParser {
         ++p_;
         auto f = make(Expr::Filter);
         f->name = take_name();
-        f->args.push_back(std::move(e));
+        adopt(*f, std::move(e));
         if (is_op("(")) {
           ++p_;
           call_args(*f);
@@ -442,19 +481,19 @@ class ExprParser {
         }
         auto t = make(Expr::Test);
         t->name = take_name();
-        t->args.push_back(std::move(e));
+        adopt(*t, std::move(e));
         if (is_op("(")) {
           ++p_;
           call_args(*t);
         } else if (!at_end() && (t_[p_].kind == Tok::Str || t_[p_].kind == Tok::Int ||
                                  (t_[p_].kind == Tok::Name && !is_name("and") && !is_name("or") &&
                                   !is_name("else") && !is_name("if")))) {
-          t->args.push_back(primary());  // `is equalto 3`, `is sameas none`
+          adopt(*t, primary());  // `is equalto 3`, `is sameas none`
         }
         e = std::move(t);
         if (negate) {
           auto n = make(Expr::Not);
-          n->args.push_back(std::move(e));
+          adopt(*n, std::move(e));
           e = std::move(n);
         }
       } else {
@@ -463,9 +502,22 @@ class ExprParser {
     }
   }
 
+  // Makes `child` an operand of `parent` (null: an absent slice part), keeping trees shallow
+  // enough for the recursive evaluation and destruction.
+  void deepen(Expr& parent, const Expr& child) {
+    parent.depth = std::max(parent.depth, child.depth + 1);
+    ULY_CHECK(parent.depth <= limits::kMaxTemplateDepth,
+              where_ << ": an expression nested more than " << limits::kMaxTemplateDepth << " levels deep");
+  }
+  void adopt(Expr& parent, ExprP child) {
+    if (child) deepen(parent, *child);
+    parent.args.push_back(std::move(child));
+  }
+
   std::vector<Tok> t_;
   std::string where_;
   size_t p_ = 0;
+  int nesting_ = 0;
 };
 
 // ---- statements ----
@@ -485,6 +537,22 @@ struct Piece {
   enum Kind { Text, Expr, Stmt } kind;
   std::string text;
 };
+
+// The closing "}}" or "%}" of a tag whose body starts at `from`, skipping string literals
+// (`{{ "}}" }}` is one tag, as Jinja's lexer reads it); npos when there is none.
+size_t find_tag_end(const std::string& s, size_t from, const std::string& close) {
+  for (size_t i = from; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '\'' || c == '"') {
+      for (++i; i < s.size() && s[i] != c; ++i)
+        if (s[i] == '\\') ++i;
+      if (i >= s.size()) return std::string::npos;
+    } else if (s.compare(i, close.size(), close) == 0) {
+      return i;
+    }
+  }
+  return std::string::npos;
+}
 
 // Splits the source into text, {{ }} and {% %} pieces, applying whitespace control,
 // trim_blocks and lstrip_blocks as transformers configures Jinja.
@@ -524,7 +592,7 @@ std::vector<Piece> split_template(const std::string& s, const std::string& origi
     if (!text.empty()) out.push_back({Piece::Text, text});
     const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
     const size_t body = open + 2 + ((minus || plus) ? 1 : 0);
-    const size_t end = s.find(close, body);
+    const size_t end = kind == '#' ? s.find(close, body) : find_tag_end(s, body, close);
     ULY_CHECK(end != std::string::npos, origin << ": unterminated '{" << kind << "' at offset " << open);
     size_t body_end = end;
     if (body_end > body && s[body_end - 1] == '-') {
@@ -552,6 +620,7 @@ class TemplateParser {
   // Parses nodes until a statement whose keyword is in `stops` (returned in *stop with its parser).
   std::vector<Node> block(std::initializer_list<const char*> stops, std::string* stop,
                           std::unique_ptr<ExprParser>* stop_parser = nullptr) {
+    NestGuard nest(nesting_, origin_);
     std::vector<Node> nodes;
     while (p_ < pieces_.size()) {
       const Piece& piece = pieces_[p_++];
@@ -641,6 +710,7 @@ class TemplateParser {
   std::vector<Piece> pieces_;
   std::string origin_;
   size_t p_ = 0;
+  int nesting_ = 0;
 };
 
 // ---- evaluation ----
@@ -654,9 +724,16 @@ class Renderer {
 
   void run(const std::vector<Node>& nodes, std::string& out) {
     for (const Node& n : nodes) {
+      step();
       switch (n.kind) {
-        case Node::Text: out += n.text; break;
-        case Node::Output: out += py_str(eval(*n.expr)); break;
+        case Node::Text:
+          out += n.text;
+          check_size(out.size());
+          break;
+        case Node::Output:
+          out += py_str(eval(*n.expr));
+          check_size(out.size());
+          break;
         case Node::If:
           for (const auto& [cond, body] : n.branches)
             if (!cond || truthy(eval(*cond))) {
@@ -698,7 +775,7 @@ class Renderer {
     } else if (seq.is_object()) {
       for (auto it = seq.begin(); it != seq.end(); ++it) items.push_back(it.key());
     } else if (seq.is_string()) {
-      for (char c : seq.get<std::string>()) items.push_back(std::string(1, c));
+      for (std::string& c : utf8_chars(seq.get<std::string>())) items.push_back(std::move(c));
     } else if (!is_undef(seq) && !seq.is_null()) {
       ULY_FAIL(origin_ << ": cannot loop over " << seq.type_name());
     }
@@ -714,6 +791,7 @@ class Renderer {
     if (n.cond) {  // the loop's `if` filters before loop.* is counted
       std::vector<json> kept;
       for (const json& item : items) {
+        step();
         scopes_.push_back(json::object());
         bind(scopes_.back(), item);
         const bool keep = truthy(eval(*n.cond));
@@ -728,6 +806,7 @@ class Renderer {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      step();  // an empty body still costs a step
       json scope = json::object();
       bind(scope, items[i]);
       scope["loop"] = {{"index", i + 1},       {"index0", i},           {"first", i == 0},
@@ -745,6 +824,21 @@ class Renderer {
       }
       scopes_.pop_back();
     }
+  }
+
+  // The bounds of limits.h: evaluation steps per render, and the size of strings and lists.
+  void step() {
+    ULY_CHECK(++steps_ <= limits::kMaxTemplateSteps,
+              origin_ << ": the template took more than " << limits::kMaxTemplateSteps
+                      << " evaluation steps (a runaway loop?)");
+  }
+  void check_size(size_t bytes) const {
+    ULY_CHECK(bytes <= limits::kMaxTemplateBytes,
+              origin_ << ": the template built a string of more than " << (limits::kMaxTemplateBytes >> 20) << " MiB");
+  }
+  void check_items(size_t n) const {
+    ULY_CHECK(n <= limits::kMaxTemplateItems,
+              origin_ << ": the template built a list of more than " << limits::kMaxTemplateItems << " items");
   }
 
   [[noreturn]] void type_error(const std::string& what, const json& v) {
@@ -769,7 +863,8 @@ class Renderer {
   json slice(const json& v, const json& a, const json& b, const json& c) {
     const bool str = v.is_string();
     if (!str && !v.is_array()) type_error("only strings and lists can be sliced", v);
-    const int64_t n = static_cast<int64_t>(str ? v.get_ref<const std::string&>().size() : v.size());
+    const std::vector<std::string> chars = str ? utf8_chars(v.get_ref<const std::string&>()) : std::vector<std::string>();
+    const int64_t n = static_cast<int64_t>(str ? chars.size() : v.size());
     const int64_t step = is_undef(c) || c.is_null() ? 1 : to_int(c);
     ULY_CHECK(step != 0, origin_ << ": slice step cannot be zero");
     auto norm = [&](const json& x, int64_t dflt) {
@@ -781,7 +876,7 @@ class Renderer {
     const int64_t from = norm(a, step > 0 ? 0 : n - 1), to = norm(b, step > 0 ? n : -1);
     json out = str ? json("") : json::array();
     for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
-      if (str) out.get_ref<std::string&>() += v.get_ref<const std::string&>()[i];
+      if (str) out.get_ref<std::string&>() += chars[static_cast<size_t>(i)];
       else out.push_back(v[i]);
     }
     return out;
@@ -793,11 +888,13 @@ class Renderer {
       return v.contains(key) ? v[key] : undefined();
     }
     if ((v.is_array() || v.is_string()) && k.is_number()) {
-      const int64_t n = static_cast<int64_t>(v.is_string() ? v.get_ref<const std::string&>().size() : v.size());
+      const std::vector<std::string> chars = v.is_string() ? utf8_chars(v.get_ref<const std::string&>())
+                                                           : std::vector<std::string>();
+      const int64_t n = static_cast<int64_t>(v.is_string() ? chars.size() : v.size());
       int64_t i = to_int(k);
       if (i < 0) i += n;
       if (i < 0 || i >= n) return undefined();
-      return v.is_string() ? json(std::string(1, v.get_ref<const std::string&>()[i])) : v[i];
+      return v.is_string() ? json(chars[static_cast<size_t>(i)]) : v[i];
     }
     return undefined();
   }
@@ -864,10 +961,17 @@ class Renderer {
     type_error("no method '" + name + "'", self);
   }
 
-  static std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  std::string replace_all(const std::string& s, const std::string& from, const std::string& to) const {
     if (from.empty()) return s;
-    for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
-    return s;
+    std::string out;
+    size_t p = 0;
+    for (size_t q; (q = s.find(from, p)) != std::string::npos; p = q + from.size()) {
+      out.append(s, p, q - p);
+      out += to;
+      check_size(out.size());
+    }
+    out.append(s, p, std::string::npos);
+    return out;
   }
 
   json call(const Expr& e) {
@@ -889,8 +993,13 @@ class Renderer {
       else if (args.size() >= 2) a = to_int(args[0]), b = to_int(args[1]);
       if (args.size() == 3) step = to_int(args[2]);
       ULY_CHECK(step != 0, origin_ << ": range() step cannot be zero");
+      // The count first, in a width that cannot overflow.
+      const __int128 span = step > 0 ? __int128{b} - a : __int128{a} - b;
+      const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128{step}) - 1) / (step > 0 ? step : -__int128{step});
+      check_items(count > static_cast<__int128>(limits::kMaxTemplateItems) ? limits::kMaxTemplateItems + 1
+                                                                           : static_cast<size_t>(count));
       json out = json::array();
-      for (int64_t i = a; step > 0 ? i < b : i > b; i += step) out.push_back(i);
+      for (int64_t k = 0, i = a; k < static_cast<int64_t>(count); ++k, i += step) out.push_back(i);
       return out;
     }
     if (f == "strftime_now") {
@@ -908,18 +1017,82 @@ class Renderer {
     const json v = eval(*e.args[0]);
     std::vector<json> args;
     for (size_t k = 1; k < e.args.size(); ++k) args.push_back(eval(*e.args[k]));
-    const std::string& f = e.name;
+    json kwargs = json::object();
+    for (const auto& [k, x] : e.kwargs) kwargs[k] = eval(*x);
+    return apply_filter(e.name, v, args, kwargs);
+  }
+
+  // v.<attribute>, where the attribute may be a dotted path ("function.name") or an index.
+  json attribute_of(const json& v, const json& attribute) {
+    if (!attribute.is_string()) return index(v, attribute);
+    json out = v;
+    const std::string path = attribute.get<std::string>();
+    for (size_t p = 0; p <= path.size();) {
+      size_t q = path.find('.', p);
+      if (q == std::string::npos) q = path.size();
+      const std::string part = path.substr(p, q - p);
+      const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+      out = index(out, digits && out.is_array() ? json(std::stoll(part)) : json(part));
+      p = q + 1;
+    }
+    return out;
+  }
+
+  // select/reject(test, args...), selectattr/rejectattr(attribute, test, args...): the items
+  // of a list (or the keys of a mapping) for which the test, or without one truthiness, holds.
+  json select_items(const std::string& f, const json& v, const std::vector<json>& args) {
+    const bool by_attr = f == "selectattr" || f == "rejectattr", keep = f == "select" || f == "selectattr";
+    ULY_CHECK(!by_attr || !args.empty(), origin_ << ": '" << f << "' needs an attribute name");
+    const size_t t = by_attr ? 1 : 0;
+    const std::vector<json> test_args(args.begin() + static_cast<std::ptrdiff_t>(std::min(args.size(), t + 1)),
+                                      args.end());
+    json out = json::array();
+    for (const json& item : v.is_array() ? v : run_list(v)) {
+      const json x = by_attr ? attribute_of(item, args[0]) : item;
+      const bool hit = args.size() > t ? test_value(py_str(args[t]), x, test_args) : truthy(x);
+      if (hit == keep) out.push_back(item);
+    }
+    return out;
+  }
+
+  json apply_filter(const std::string& f, const json& v, const std::vector<json>& args, const json& kwargs) {
     if (f == "trim") return json(strip_chars(py_str(v), " \t\n\r\f\v", true, true));
     if (f == "length" || f == "count") {
-      if (v.is_string()) return static_cast<int64_t>(v.get_ref<const std::string&>().size());  // bytes; fine for the checks templates make
+      if (v.is_string()) return static_cast<int64_t>(utf8_chars(v.get_ref<const std::string&>()).size());
       if (v.is_array() || v.is_object()) return static_cast<int64_t>(v.size());
       return 0;
     }
+    if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
+      if (is_undef(v) || v.is_null()) return json::array();
+      if (!v.is_array() && !v.is_object()) type_error("'" + f + "' needs a list", v);
+      return select_items(f, v, args);
+    }
+    if (f == "map") {  // map(attribute="a"[, default=x]) or map("filter", args...)
+      if (is_undef(v) || v.is_null()) return json::array();
+      if (!v.is_array() && !v.is_object()) type_error("'map' needs a list", v);
+      json out = json::array();
+      const std::vector<json> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
+      for (const json& item : v.is_array() ? v : run_list(v)) {
+        if (kwargs.contains("attribute")) {
+          const json x = attribute_of(item, kwargs["attribute"]);
+          out.push_back(is_undef(x) && kwargs.contains("default") ? kwargs["default"] : x);
+        } else {
+          ULY_CHECK(!args.empty(), origin_ << ": 'map' needs a filter name or attribute=");
+          const std::string inner = py_str(args[0]);
+          ULY_CHECK(inner != "map", origin_ << ": 'map' of 'map' is not supported");
+          out.push_back(apply_filter(inner, item, rest, json::object()));
+        }
+      }
+      return out;
+    }
     if (f == "tojson") {
       int indent = -1;
-      for (const auto& [k, x] : e.kwargs)
-        if (k == "indent" && !eval(*x).is_null()) indent = static_cast<int>(to_int(eval(*x)));
-      if (!args.empty() && !args[0].is_null()) indent = static_cast<int>(to_int(args[0]));
+      const json& n = !args.empty() && !args[0].is_null() ? args[0] : kwargs.contains("indent") ? kwargs["indent"] : json();
+      if (!n.is_null()) {
+        const int64_t k = to_int(n);
+        ULY_CHECK(k >= 0 && k <= 64, origin_ << ": tojson(indent=" << k << "): an indent in [0, 64] is supported");
+        indent = static_cast<int>(k);
+      }
       std::string out;
       dump_py_json(v, out, indent, 0);
       return out;
@@ -945,7 +1118,10 @@ class Renderer {
     if (f == "join") {
       std::string out, sep = args.empty() ? "" : py_str(args[0]);
       if (v.is_array())
-        for (size_t k = 0; k < v.size(); ++k) out += (k ? sep : "") + py_str(v[k]);
+        for (size_t k = 0; k < v.size(); ++k) {
+          out += (k ? sep : "") + py_str(v[k]);
+          check_size(out.size());
+        }
       return out;
     }
     if (f == "default" || f == "d") {
@@ -961,7 +1137,12 @@ class Renderer {
     if (f == "items") return method(v, "items", {});
     if (f == "replace") return replace_all(py_str(v), args.size() > 0 ? py_str(args[0]) : "", args.size() > 1 ? py_str(args[1]) : "");
     if (f == "reverse") {
-      if (v.is_string()) return std::string(v.get<std::string>().rbegin(), v.get<std::string>().rend());
+      if (v.is_string()) {
+        std::vector<std::string> chars = utf8_chars(v.get<std::string>());
+        std::string out;
+        for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+        return out;
+      }
       if (v.is_array()) return json(std::vector<json>(v.rbegin(), v.rend()));
       type_error("'reverse' needs a list or a string", v);
     }
@@ -974,13 +1155,18 @@ class Renderer {
     if (v.is_object())
       for (auto it = v.begin(); it != v.end(); ++it) out.push_back(it.key());
     else if (v.is_string())
-      for (char c : v.get<std::string>()) out.push_back(std::string(1, c));
+      for (std::string& c : utf8_chars(v.get<std::string>())) out.push_back(std::move(c));
     return out;
   }
 
   bool test(const Expr& e) {
     const json v = eval(*e.args[0]);
-    const std::string& t = e.name;
+    std::vector<json> args;
+    for (size_t k = 1; k < e.args.size(); ++k) args.push_back(eval(*e.args[k]));
+    return test_value(e.name, v, args);
+  }
+
+  bool test_value(const std::string& t, const json& v, const std::vector<json>& args) {
     if (t == "defined") return !is_undef(v);
     if (t == "undefined") return is_undef(v);
     if (t == "none") return v.is_null();
@@ -994,23 +1180,41 @@ class Renderer {
     if (t == "true") return v.is_boolean() && v.get<bool>();
     if (t == "false") return v.is_boolean() && !v.get<bool>();
     if (t == "even" || t == "odd") return v.is_number() && (to_int(v) % 2 == 0) == (t == "even");
-    if (t == "equalto" || t == "eq" || t == "sameas") return e.args.size() > 1 && v == eval(*e.args[1]);
+    if (t == "equalto" || t == "eq" || t == "==" || t == "sameas") return !args.empty() && v == args[0];
+    if (t == "ne" || t == "!=") return args.empty() || v != args[0];
+    if (t == "in") return !args.empty() && contains(args[0], v);
+    if (t == "lt" || t == "<" || t == "le" || t == "<=" || t == "gt" || t == ">" || t == "ge" || t == ">=") {
+      ULY_CHECK(!args.empty() && ((v.is_number() && args[0].is_number()) || (v.is_string() && args[0].is_string())),
+                origin_ << ": cannot compare " << py_str(v, true) << " and " << (args.empty() ? "nothing" : py_str(args[0], true)));
+      const json& b = args[0];
+      if (t == "lt" || t == "<") return v < b;
+      if (t == "le" || t == "<=") return !(b < v);
+      if (t == "gt" || t == ">") return b < v;
+      return !(v < b);
+    }
     ULY_FAIL(origin_ << ": unknown test 'is " << t << "'");
   }
 
   json arith(const std::string& op, const json& a, const json& b) {
-    if (op == "~") return py_str(a) + py_str(b);
-    if (op == "+") {
-      if (a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
-      if (a.is_array() && b.is_array()) {
-        json out = a;
-        out.insert(out.end(), b.begin(), b.end());
-        return out;
-      }
+    if (op == "~" || (op == "+" && a.is_string() && b.is_string())) {
+      std::string out = op == "~" ? py_str(a) : a.get<std::string>();
+      const std::string tail = op == "~" ? py_str(b) : b.get<std::string>();
+      check_size(out.size() + tail.size());
+      return out + tail;
+    }
+    if (op == "+" && a.is_array() && b.is_array()) {
+      check_items(a.size() + b.size());
+      json out = a;
+      out.insert(out.end(), b.begin(), b.end());
+      return out;
     }
     if (op == "*" && a.is_string() && b.is_number_integer()) {
+      const std::string& unit = a.get_ref<const std::string&>();
+      const int64_t times = std::max<int64_t>(b.get<int64_t>(), 0);
+      if (!unit.empty()) check_size(times > static_cast<int64_t>(limits::kMaxTemplateBytes / unit.size())
+                                        ? limits::kMaxTemplateBytes + 1 : unit.size() * static_cast<size_t>(times));
       std::string out;
-      for (int64_t k = 0; k < b.get<int64_t>(); ++k) out += a.get<std::string>();
+      for (int64_t k = 0; k < times && !unit.empty(); ++k) out += unit;
       return out;
     }
     if (!(a.is_number() || a.is_boolean()) || !(b.is_number() || b.is_boolean()))
@@ -1043,6 +1247,7 @@ class Renderer {
   }
 
   json eval(const Expr& e) {
+    step();
     switch (e.kind) {
       case Expr::Lit: return e.value;
       case Expr::Var: {
@@ -1108,6 +1313,7 @@ class Renderer {
 
   std::string origin_;
   std::vector<json> scopes_;
+  int64_t steps_ = 0;
 };
 
 std::string read_file_text(const fs::path& p) {
@@ -1178,6 +1384,20 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
     if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
       return e["template"].get<std::string>();
   ULY_FAIL(where << ": the list has no entry named \"default\"");
+}
+
+json parse_chat_template_kwargs(const std::string& text, const std::string& option) {
+  json kwargs;
+  try {
+    kwargs = json::parse(text);
+  } catch (const json::exception& e) {
+    ULY_FAIL(option << ": not valid JSON (" << e.what() << "): " << text);
+  }
+  ULY_CHECK(kwargs.is_object(), option << ": expects a JSON object of template variables, e.g. "
+                                          "'{\"enable_thinking\": false}', got " << text);
+  for (const char* key : {"messages", "add_generation_prompt"})
+    ULY_CHECK(!kwargs.contains(key), option << ": '" << key << "' is set from each record; it cannot be a kwarg");
+  return kwargs;
 }
 
 json chat_special_tokens(const std::string& path) {

@@ -8,14 +8,23 @@
 // index0, first, last, length, revindex), break, continue, set (name or
 // namespace attribute), generation (rendered as its body). Expressions: literals
 // (strings, numbers, true/false/none, lists, dicts), names, attributes,
-// subscripts and slices, calls (namespace, raise_exception, range,
-// strftime_now; string, dict and list methods), filters (trim, length, count,
-// tojson, upper, lower, capitalize, title, first, last, join, default, string,
-// int, list, items, replace, reverse, safe), tests (defined, undefined, none,
-// string, number, integer, boolean, mapping, sequence, iterable, true, false,
-// even, odd, equalto), not/and/or, comparisons, in / not in, + - * / // % ~,
-// and `a if c else b`. Anything else is refused at parse time with the origin
-// and the construct named.
+// subscripts and slices (negative steps too), calls (namespace, raise_exception,
+// range, strftime_now; string methods strip/lstrip/rstrip, startswith, endswith,
+// split, replace, upper, lower; dict items/keys/values/get), filters (trim, length,
+// count, tojson, upper, lower, capitalize, title, first, last, join, default,
+// string, int, list, items, replace, reverse, safe, select, reject, selectattr,
+// rejectattr, map), tests (defined, undefined, none, string, number, integer,
+// float, boolean, mapping, sequence, iterable, true, false, even, odd, equalto/eq,
+// ne, in, lt/le/gt/ge), not/and/or, comparisons, in / not in, + - * / // % ~, and
+// `a if c else b`. Strings are sequences of characters (code points) as in Python:
+// length, indexes and slices count characters, not bytes. A "}}" or "%}" inside a
+// string literal does not end its tag. Anything else is refused at parse time with
+// the origin and the construct named.
+//
+// Bounded (core/limits.h): tags and expressions nest at most kMaxTemplateDepth levels
+// (refused when parsed), a render takes at most kMaxTemplateSteps evaluation steps, and
+// no string it builds (the output included) exceeds kMaxTemplateBytes, no list
+// kMaxTemplateItems; past a bound the render stops with an error naming the template.
 #pragma once
 #include <memory>
 #include <optional>
@@ -51,5 +60,10 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
 
 // bos_token / eos_token of tokenizer_config.json beside `path` as strings ("" when absent).
 nlohmann::ordered_json chat_special_tokens(const std::string& path);
+
+// The extra template variables of a --chat-template-kwargs option (apply_chat_template's
+// **kwargs, e.g. {"enable_thinking": false}): a JSON object, without the variables the caller
+// sets itself (messages, add_generation_prompt). `option` names the option in errors.
+nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text, const std::string& option);
 
 }  // namespace ulysses

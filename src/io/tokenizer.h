@@ -3,7 +3,7 @@
 //   byte   every byte is a token (ids 0..255), BOS = 256, EOS = 257, vocab 258.
 //          Needs no file; the default of `ulysses prepare`.
 //   HF     a Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2, Llama 3,
-//          Qwen 2 and the many models that copy them) or SentencePiece-style with
+//          Qwen 2/3, Mistral's tekken and the many models that copy them) or SentencePiece-style with
 //          byte fallback (Llama 2, Mistral, Gemma), with NFC/NFKC/... normalizers:
 //          see docs/data.md for the exact subset, and load_hf_tokenizer for what is refused.
 //

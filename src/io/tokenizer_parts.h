@@ -43,10 +43,16 @@ void replace_in(std::string& s, std::string_view from, std::string_view to);  //
 // The pre-tokenizer regexes implemented here, spelled as in tokenizer.json.
 extern const char* const kGpt2Regex;
 extern const char* const kLlama3Regex;
+extern const char* const kTekkenRegex;  // Mistral's tekken tokenizers (NeMo and later)
+// A variant of the tekken split that some of Mistral's published tokenizer.json files are
+// reported to carry: words as [\p{L}\p{M}]+, without the split at case changes (transformers
+// warns about such folders and swaps in kTekkenRegex when loaded with fix_mistral_regex=True).
+extern const char* const kTekkenWordsRegex;
 
 struct KnownRegex {
-  enum class Kind { Gpt2, Llama3 } kind = Kind::Gpt2;
+  enum class Kind { Gpt2, Llama3, Tekken } kind = Kind::Gpt2;
   int max_digits = 3;  // Llama 3's \p{N}{1,3}; 1 for the \p{N} variant (Qwen 2)
+  bool case_split = true;  // Tekken: words cut at case changes (false: kTekkenWordsRegex)
 };
 std::optional<KnownRegex> recognise_regex(std::string_view pattern);
 

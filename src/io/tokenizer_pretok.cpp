@@ -1,8 +1,10 @@
 // The pre-tokenizers: Split, ByteLevel and Metaspace. std::regex has neither
-// Unicode classes nor lookahead, so the two regexes in use (GPT-2's and Llama 3's)
-// are implemented by hand: at each position the alternatives are tried in
-// order, with the outcome Oniguruma's backtracking gives.
+// Unicode classes nor lookahead, so the regexes in use (GPT-2's, Llama 3's and
+// its single-digit variant, Mistral's tekken one) are implemented by hand: at each
+// position the alternatives are tried in order, with the outcome Oniguruma's
+// backtracking gives.
 #include <algorithm>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "io/tokenizer_parts.h"
@@ -17,8 +19,21 @@ const char* const kLlama3Regex =
 static const char* const kLlama3SingleDigitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// The split of Mistral's tekken.json as transformers converts it: Llama 3's without the
+// contractions, words cut at case changes (marks belong to words), single digits, and
+// slashes after punctuation's line breaks.
+const char* const kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|)"
+    R"( ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+const char* const kTekkenWordsRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 std::optional<KnownRegex> recognise_regex(std::string_view pattern) {
   if (pattern == kGpt2Regex) return KnownRegex{KnownRegex::Kind::Gpt2, 0};
+  if (pattern == kTekkenRegex) return KnownRegex{KnownRegex::Kind::Tekken, 1, true};
+  if (pattern == kTekkenWordsRegex) return KnownRegex{KnownRegex::Kind::Tekken, 1, false};
   if (pattern == kLlama3Regex) return KnownRegex{KnownRegex::Kind::Llama3, 3};
   if (pattern == kLlama3SingleDigitRegex) return KnownRegex{KnownRegex::Kind::Llama3, 1};
   return std::nullopt;
@@ -153,13 +168,85 @@ size_t match_llama3(const Text& t, size_t p, int max_digits) {
   return match_space_run(t, p);  // \s+(?!\S)|\s+
 }
 
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]: every letter but the
+// lowercase (resp. upper- and titlecase) ones, and the marks.
+bool is_case_upper(uint32_t c) { return (is_letter(c) && !unicode::is_lower_letter(c)) || unicode::is_mark(c); }
+bool is_case_lower(uint32_t c) { return (is_letter(c) && !unicode::is_upper_or_title_letter(c)) || unicode::is_mark(c); }
+
+// U*W+ at q (U, W: the two classes above, which overlap). U* takes its longest run; if
+// W+ cannot follow, U* gives back one character at a time until one it gave back is in
+// W, where W+ then matches that one character (the rest of the run is not in W).
+size_t match_upper_then_lower(const Text& t, size_t q) {
+  size_t i = q, last_lower = kNoMatch;
+  while (i < t.s.size()) {
+    size_t len;
+    const uint32_t c = t.at(i, &len);
+    if (!is_case_upper(c)) break;
+    if (is_case_lower(c)) last_lower = i;
+    i += len;
+  }
+  if (i < t.s.size() && is_case_lower(t.at(i))) return t.run(i, is_case_lower);
+  return last_lower == kNoMatch ? kNoMatch : t.next(last_lower);
+}
+
+// U+W* at q.
+size_t match_upper_word(const Text& t, size_t q) {
+  const size_t e = t.run(q, is_case_upper);
+  return e == q ? kNoMatch : t.run(e, is_case_lower);
+}
+
+// [\p{L}\p{M}]+ at q (the word of kTekkenWordsRegex).
+bool is_letter_or_mark(uint32_t c) { return is_letter(c) || unicode::is_mark(c); }
+size_t match_letters_and_marks(const Text& t, size_t q) {
+  const size_t e = t.run(q, is_letter_or_mark);
+  return e == q ? kNoMatch : e;
+}
+
+size_t match_tekken(const Text& t, size_t p, bool case_split) {
+  size_t len0;
+  const uint32_t c0 = t.at(p, &len0);
+  const size_t p1 = p + len0;
+  const bool has_c1 = p1 < t.s.size();
+  // [^\r\n\p{L}\p{N}]? before each word alternative: taken first, then left out.
+  const bool prefix = has_c1 && !is_crlf(c0) && !is_letter(c0) && !is_number(c0);
+  using Word = size_t (*)(const Text&, size_t);
+  const std::initializer_list<Word> words = {match_upper_then_lower, match_upper_word};
+  const std::initializer_list<Word> plain = {match_letters_and_marks};
+  for (Word word : case_split ? words : plain) {
+    if (prefix) {
+      const size_t e = word(t, p1);
+      if (e != kNoMatch) return e;
+    }
+    const size_t e = word(t, p);
+    if (e != kNoMatch) return e;
+  }
+  if (is_number(c0)) return p1;  // \p{N}
+  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+  size_t q = kNoMatch;
+  if (c0 == ' ' && has_c1 && is_other(t.at(p1))) q = p1;
+  else if (is_other(c0)) q = p;
+  if (q != kNoMatch) return t.run(t.run(q, is_other), [](uint32_t c) { return is_crlf(c) || c == '/'; });
+  // \s*[\r\n]+ : up to and including the last \r or \n of the space run
+  const size_t e = t.run(p, is_space);
+  size_t end = kNoMatch;
+  for (size_t i = p; i < e;) {
+    size_t len;
+    if (is_crlf(t.at(i, &len))) end = i + len;
+    i += len;
+  }
+  if (end != kNoMatch) return end;
+  return match_space_run(t, p);  // \s+(?!\S)|\s+
+}
+
 }  // namespace
 
 void regex_matches(const KnownRegex& re, std::string_view text, std::vector<std::pair<size_t, size_t>>& out) {
   const Text t{text};
   size_t p = 0;
   while (p < text.size()) {
-    const size_t e = re.kind == KnownRegex::Kind::Gpt2 ? match_gpt2(t, p) : match_llama3(t, p, re.max_digits);
+    const size_t e = re.kind == KnownRegex::Kind::Gpt2     ? match_gpt2(t, p)
+                     : re.kind == KnownRegex::Kind::Tekken ? match_tekken(t, p, re.case_split)
+                                                           : match_llama3(t, p, re.max_digits);
     if (e == kNoMatch || e <= p) {  // every character matches some alternative; kept for safety
       p = t.next(p);
       continue;
@@ -295,7 +382,8 @@ bool json_bool(const nlohmann::json& j, const char* key, bool fallback, const st
 std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std::string& path) {
   std::vector<PreTokStep> steps;
   const char* supported =
-      "supported: ByteLevel, Split (the GPT-2 or Llama 3 regex, or a string), Metaspace, and a Sequence of them";
+      "supported: ByteLevel, Split (the GPT-2, Llama 3 or tekken regex, or a string), Metaspace, and a Sequence of "
+      "them";
   if (pre.is_null()) return steps;
   std::vector<const nlohmann::json*> items;
   if (json_type(pre) == "Sequence") {
@@ -325,7 +413,9 @@ std::vector<PreTokStep> parse_pre_tokenizer(const nlohmann::json& pre, const std
         const std::string re = pat["Regex"].get<std::string>();
         auto known = tok::recognise_regex(re);
         ULY_CHECK(known.has_value(), path << ": unsupported pre-tokenizer regex '" << re
-                                           << "'; supported: the GPT-2 and Llama 3 patterns");
+                                           << "'; supported: the GPT-2 and Llama 3 patterns (and Llama 3's with single "
+                                              "digits), and Mistral's tekken pattern (with or without the split at "
+                                              "case changes)");
         step.regex = *known;
       } else if (pat.contains("String") && pat["String"].is_string()) {
         step.literal = true;

@@ -8,6 +8,12 @@ extern const CodeRange kLetterRanges[];
 extern const size_t kLetterRanges_count;
 extern const CodeRange kNumberRanges[];
 extern const size_t kNumberRanges_count;
+extern const CodeRange kLowerRanges[];
+extern const size_t kLowerRanges_count;
+extern const CodeRange kUpperTitleRanges[];
+extern const size_t kUpperTitleRanges_count;
+extern const CodeRange kMarkRanges[];
+extern const size_t kMarkRanges_count;
 
 namespace {
 
@@ -102,6 +108,21 @@ bool is_letter(uint32_t cp) {
 bool is_number(uint32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
   return cp != kInvalid && in_ranges(kNumberRanges, kNumberRanges_count, cp);
+}
+
+bool is_lower_letter(uint32_t cp) {
+  if (cp < 0x80) return cp >= 'a' && cp <= 'z';
+  return cp != kInvalid && in_ranges(kLowerRanges, kLowerRanges_count, cp);
+}
+
+bool is_upper_or_title_letter(uint32_t cp) {
+  if (cp < 0x80) return cp >= 'A' && cp <= 'Z';
+  return cp != kInvalid && in_ranges(kUpperTitleRanges, kUpperTitleRanges_count, cp);
+}
+
+bool is_mark(uint32_t cp) {
+  if (cp < 0x300) return false;  // the first mark is U+0300
+  return cp != kInvalid && in_ranges(kMarkRanges, kMarkRanges_count, cp);
 }
 
 bool is_space(uint32_t cp) {

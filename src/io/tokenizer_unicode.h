@@ -1,5 +1,6 @@
 // The bits of Unicode the byte-level BPE tokenizers need: UTF-8 decoding and the
-// character classes of the pre-tokenizer regexes (\p{L}, \p{N}, \s).
+// character classes of the pre-tokenizer regexes (\p{L}, \p{N}, \s; \p{Ll},
+// \p{Lu}/\p{Lt} and \p{M} for Mistral's tekken regex).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,9 @@ void append_utf8(std::string& out, uint32_t cp);
 bool is_letter(uint32_t cp);  // general category L*
 bool is_number(uint32_t cp);  // general category N*
 bool is_space(uint32_t cp);   // the White_Space property (Oniguruma's \s, Rust's char::is_whitespace)
+bool is_lower_letter(uint32_t cp);        // general category Ll
+bool is_upper_or_title_letter(uint32_t cp);  // Lu or Lt
+bool is_mark(uint32_t cp);                // general category M* (combining marks)
 
 // `bytes` with every ill-formed sequence replaced by U+FFFD, one per maximal
 // subpart (as Rust's String::from_utf8_lossy does).

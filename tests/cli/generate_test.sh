@@ -45,6 +45,11 @@ k1=$("$ULYSSES" generate --model "$FX/model" --prompt "Hello" --max-new-tokens 1
 "$ULYSSES" generate --model "$FX/model" --prompt "Hi there" --chat --max-new-tokens 4 > chat.txt 2>&1 \
   && pass "--chat renders the model's chat template" || { fail "--chat"; cat chat.txt; }
 
+"$ULYSSES" generate --model "$FX/model" --prompt "Hi there" --chat --max-new-tokens 4 \
+  --chat-template-kwargs '{"date_string": "01 Jan 2030"}' > chat2.txt 2>&1 \
+  && pass "--chat with --chat-template-kwargs" || { fail "--chat-template-kwargs"; cat chat2.txt; }
+expect_error "--chat-template-kwargs not an object" "chat-template-kwargs: expects a JSON object" \
+  "$ULYSSES" generate --model "$FX/model" --prompt x --chat --chat-template-kwargs '"x"'
 expect_error "top-p out of range" "--top-p must be in \(0, 1\]" "$ULYSSES" generate --model "$FX/model" --prompt x --top-p 0
 expect_error "no prompt" "give --prompt TEXT or --prompt-ids" "$ULYSSES" generate --model "$FX/model"
 expect_error "id outside the vocabulary" "token id 99999 is outside the model's vocabulary" \

@@ -90,7 +90,26 @@ assert mask[0] == 0 and mask[-1] == 1 and 2 <= mask.sum() <= 3, mask
 PY
 then pass "prompt/completion: only the completion and EOS are targets"; else fail "prompt/completion mask"; fi
 
+# Qwen 3 style: a multi-turn chat with reasoning (rendered otherwise once later turns follow),
+# template variables from --chat-template-kwargs, recorded in the manifest.
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello.", "reasoning_content": "greet"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "<think>\nleaving\n</think>\n\nBye!"}]}' > q3.jsonl
+if "$ULYSSES" prepare --input q3.jsonl --out q3 --tokenizer "$ROOT/fixtures/chat/qwen3" --quiet \
+     --chat-template-kwargs '{"enable_thinking": false}' > q3.log 2>&1 \
+   && python3 - <<'PY'
+import json, numpy as np
+m = json.load(open("q3/manifest.json"))
+assert m["chat_template_kwargs"] == {"enable_thinking": False}, m.get("chat_template_kwargs")
+p = "q3/train-00000.tokens"
+n, d, _, to, io = (int(v) for v in np.fromfile(p, np.uint64, 5, offset=16))
+mask = np.fromfile(p, np.uint8, n, offset=io + 8 * (d + 1))
+runs = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))  # starts and ends of the target runs
+assert len(runs) == 4, runs  # two assistant turns
+PY
+then pass "Qwen 3 multi-turn chat with reasoning and --chat-template-kwargs"; else fail "Qwen 3 chat"; cat q3.log; fi
+
 # Errors.
+expect_error "--chat-template-kwargs that is no JSON object" "chat-template-kwargs: expects a JSON object" \
+  "$ULYSSES" prepare --input q3.jsonl --out e0 --tokenizer "$ROOT/fixtures/chat/qwen3" --chat-template-kwargs '[1]' --quiet
 printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}]}' > one.jsonl
 expect_error "messages without a chat template" "one.jsonl:1: .*need a chat template.*--chat-template" \
   "$ULYSSES" prepare --input one.jsonl --out e1 --quiet
