@@ -19,7 +19,7 @@ if command -v torchrun > /dev/null 2>&1 && python3 -c "import torch" > /dev/null
   expect_error "torchrun --no-python: the refusal and the mpirun line" \
     "torchrun.*WORLD_SIZE=2.*launch with: mpirun --allow-run-as-root -np 2 .*ulysses train model_config=model.json" \
     timeout 100 torchrun --standalone --nproc-per-node 2 --no-python "$ULYSSES" train model_config=model.json data.train=data
-  [ "$(grep -c "launch with: mpirun" "$TMP/stderr")" -eq 2 ] && pass "torchrun: one refusal per process" \
+  [ "$(grep -o "launch with: mpirun" "$TMP/stderr" | wc -l)" -eq 2 ] && pass "torchrun: one refusal per process" \
     || fail "torchrun: one refusal per process"
 else
   echo "skip torchrun --no-python: torchrun or PyTorch is not installed"
