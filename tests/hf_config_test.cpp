@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "expect_error.h"
 #include "io/hf_config.h"
+#include "model/rope.h"
 #include "test_util.h"
 
 namespace ulysses {
@@ -249,6 +250,33 @@ TEST(HfConfig, RopeScalings) {
   EXPECT_EQ(parse(y6).rope.original_max_position_embeddings, 512);
 }
 
+// Dynamic (NTK) scaling: default frequencies up to max_position_embeddings; past it the base is
+// theta * (factor * L / max - (factor - 1)) ** (d / (d - 2)), as transformers raises it.
+TEST(HfConfig, DynamicRope) {
+  json j = minimal();
+  j["max_position_embeddings"] = 1024;
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope.type, "dynamic");
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 1024);
+  EXPECT_DOUBLE_EQ(c.attention_scale(), 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  const json back = hf_config_json(c);
+  EXPECT_EQ(back["rope_scaling"], json({{"rope_type", "dynamic"}, {"factor", 2.0}}));
+  json plain = minimal();
+  plain["max_position_embeddings"] = 1024;
+  const ModelConfig p = parse(plain);
+  const int64_t d = c.head_dim;
+  EXPECT_EQ(rope_inv_freq(c.rope, d, 1024), rope_inv_freq(p.rope, d));  // up to max: unchanged
+  EXPECT_EQ(rope_inv_freq(c.rope, d, 0), rope_inv_freq(p.rope, d));
+  const std::vector<float> inv = rope_inv_freq(c.rope, d, 4096), base = rope_inv_freq(p.rope, d);
+  const double theta = c.rope.theta * std::pow(2.0 * 4096 / 1024 - 1.0, static_cast<double>(d) / (d - 2));
+  EXPECT_EQ(inv[0], 1.0f);
+  for (int64_t i = 1; i < d / 2; ++i) {
+    EXPECT_LT(inv[i], base[i]);  // slower rotations: the context stretched
+    EXPECT_NEAR(inv[i], 1.0 / std::pow(theta, 2.0 * i / d), 2e-6 * inv[i]) << i;
+  }
+}
+
 TEST(HfConfig, WriteBackKeepsLayoutAndUnknownFields) {
   for (const char* text : {kLlama31_v4, kLlama31_v5}) {
     const json in = json::parse(text);
@@ -466,11 +494,15 @@ TEST(HfConfigErrors, UnsupportedModels) {
 
 TEST(HfConfigErrors, UnsupportedRope) {
   json j = minimal();
-  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
-  EXPECT_ERROR(parse(j), "cfg.json", "rope type 'dynamic'", "'rope_scaling'", "supported: default, linear, yarn, llama3");
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  EXPECT_ERROR(parse(j), "cfg.json", "rope type 'longrope'", "'rope_scaling'",
+               "supported: default, linear, dynamic, yarn, llama3");
   json k = minimal();
   k["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 2.0}, {"rope_theta", 1e4}};
   EXPECT_ERROR(parse(k), "cfg.json", "rope type 'longrope'", "'rope_parameters'");
+  json dyn = minimal();
+  dyn["rope_scaling"] = {{"rope_type", "dynamic"}};
+  EXPECT_ERROR(parse(dyn), "cfg.json", "rope_scaling.factor");
   json both = minimal();
   both["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}};
   both["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};

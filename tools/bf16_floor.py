@@ -15,7 +15,7 @@ to show which rounding the error comes from.
 
 Families (config.json's model_type): llama, mistral (sliding window), qwen2 (q/k/v
 biases), qwen3 (per-head q/k RMSNorm, optional q/k/v/o biases). RoPE: default,
-linear, llama3 and yarn, with transformers' own formulas (run in float64 too, for
+linear, dynamic (per row), llama3 and yarn, with transformers' own formulas (run in float64 too, for
 the check below).
 
 The "float64 (no rounding)" variant must reproduce each fixture's reference loss and
@@ -125,13 +125,14 @@ class Float32AsFloat64(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def rope_frequencies(cfg, head_dim, dtype):
+def rope_frequencies(cfg, head_dim, dtype, length):
     """(inverse frequencies [head_dim / 2] as float64 values, yarn attention factor), computed in `dtype`
     with transformers' formulas: float32 as transformers (and the engine, which mirrors it) does,
     float64 as the fixtures' reference does.
 
     transformers has already rewritten a 4.x config (rope_theta + rope_scaling, with "type" or
-    "rope_type") into cfg.rope_parameters."""
+    "rope_type") into cfg.rope_parameters. `length` (1 + the row's largest position id) matters to
+    dynamic scaling alone, which the engine computes per row."""
     params = getattr(cfg, "rope_parameters", None) or {}
     kind = params.get("rope_type", "default")
     assert params.get("partial_rotary_factor", 1.0) == 1.0, "partial rotary embeddings are not modelled"
@@ -139,10 +140,10 @@ def rope_frequencies(cfg, head_dim, dtype):
         theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
         inv_freq, factor = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=dtype) / head_dim), 1.0
     else:
-        # dynamic / longrope depend on the sequence length: not what the engine implements
-        assert kind in ("linear", "llama3", "yarn"), f"rope_type {kind!r} is not modelled"
+        assert kind in ("linear", "dynamic", "llama3", "yarn"), f"rope_type {kind!r} is not modelled"
+        extra = {"seq_len": length} if kind == "dynamic" else {}
         with Float32AsFloat64() if dtype == torch.float64 else contextlib.nullcontext():
-            inv_freq, factor = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+            inv_freq, factor = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu", **extra)
     assert inv_freq.dtype == dtype and inv_freq.shape == (head_dim // 2,), (inv_freq.dtype, inv_freq.shape)
     return inv_freq.double(), float(factor)
 
@@ -175,12 +176,19 @@ class Net:
         cfg = self.cfg
         self.H, self.Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.H
-        inv64, self.attention_factor = rope_frequencies(cfg, self.hd, torch.float64)
-        inv32, af32 = rope_frequencies(cfg, self.hd, torch.float32)
-        # the float64 run of transformers' formulas must change nothing but the precision
-        assert af32 == self.attention_factor and ((inv32 - inv64).abs() / inv64).max() < 1e-6, case.name
-        self.inv_freq = inv32 if v["rope32"] else inv64
+        self.case_name, self.inv_freqs = case.name, {}
+        _, self.attention_factor = self.rope_for(1)
         self.eps = cfg.rms_norm_eps
+
+    def rope_for(self, length):
+        """(inverse frequencies, attention factor) for a row whose largest position is length - 1."""
+        if length not in self.inv_freqs:
+            inv64, af64 = rope_frequencies(self.cfg, self.hd, torch.float64, length)
+            inv32, af32 = rope_frequencies(self.cfg, self.hd, torch.float32, length)
+            # the float64 run of transformers' formulas must change nothing but the precision
+            assert af32 == af64 and ((inv32 - inv64).abs() / inv64).max() < 1e-6, self.case_name
+            self.inv_freqs[length] = (inv32 if self.v["rope32"] else inv64, af64)
+        return self.inv_freqs[length]
 
     def act(self, x):
         """An activation the engine writes in bf16; its gradient is written in bf16 too."""
@@ -204,7 +212,8 @@ class Net:
         if a.qk_norm:  # Qwen3: RMSNorm over each head (fp32 math, bf16 output; its backward's dq_pre bf16)
             q = self.act(rms(q, self.w(pre + "q_norm.weight"), self.eps))
             k = self.act(rms(k, self.w(pre + "k_norm.weight"), self.eps))
-        return self.act(rope(q, p, self.inv_freq)), self.act(rope(k, p, self.inv_freq)), val
+        inv_freq = self.rope_for(int(p.max()) + 1)[0]
+        return self.act(rope(q, p, inv_freq)), self.act(rope(k, p, inv_freq)), val
 
     def attention(self, layer, xn, p, mask):
         """The attention block's output before o_proj, [n, H * hd]."""

@@ -138,6 +138,11 @@ def committed_cases():
              attention_bias=True, storage="float16", labels="shift_labels", ignore_frac=0.2,
              rope={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 8,
                    "beta_fast": 16.0, "attention_factor": 1.25}),
+        Case("llama_dynamic", "Llama with dynamic (NTK) RoPE factor 2, max_position_embeddings 16 < S=40 "
+             "(the base raised for length 40), GQA 4/2, two unpacked rows, 4.x layout (rope_scaling)",
+             seed=1212, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=128, batch=2, seq=40, max_pos=16,
+             rope={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, layout="4.x",
+             labels="labels", ignore_frac=0.1),
         Case("mistral_window", "Mistral with sliding_window 12 < S=48 (and documents longer and shorter than the "
              "window), GQA 4/2, theta 1e6, 4.x layout",
              seed=1111, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=128, batch=2, seq=48,
@@ -259,12 +264,16 @@ def rewrite_config_4x(c: Case, path: str):
         f.write("\n")
 
 
-def rope_inv_freq64(c: Case) -> torch.Tensor:
-    """RoPE inverse frequencies in float64 (HF computes them in float32)."""
+def rope_inv_freq64(c: Case, length: int = 0) -> torch.Tensor:
+    """RoPE inverse frequencies in float64 (HF computes them in float32). `length` (1 + the largest
+    position id of the forward) matters to dynamic scaling alone, past max_position_embeddings."""
     d = c.head_dim or c.hidden // c.heads
     r = c.rope
-    inv = 1.0 / (r["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    if r["rope_type"] == "default":
+    base = r["rope_theta"]
+    if r["rope_type"] == "dynamic" and length > c.max_pos:
+        base = base * ((r["factor"] * length / c.max_pos) - (r["factor"] - 1)) ** (d / (d - 2))
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    if r["rope_type"] in ("default", "dynamic"):
         return inv
     if r["rope_type"] == "linear":
         return inv / r["factor"]
@@ -330,7 +339,7 @@ def load_fp64(c: Case, model_dir: str, exact: bool):
         for m in model.modules():
             if type(m).__name__.endswith("RMSNorm"):  # every family's (incl. Qwen3's q/k norms)
                 m.forward = types.MethodType(_rmsnorm64, m)
-        rot.inv_freq64 = inv64
+        rot.inv_freq64 = lambda length: rope_inv_freq64(c, length)
         rot.forward = types.MethodType(_rotary64, rot)
     return model
 
@@ -340,7 +349,8 @@ def _rmsnorm64(self, x):
 
 
 def _rotary64(self, x, position_ids):
-    freqs = position_ids[..., None].to(torch.float64) * self.inv_freq64.to(x.device)
+    inv = self.inv_freq64(int(position_ids.max()) + 1)  # dynamic RoPE: the forward's length, as HF takes it
+    freqs = position_ids[..., None].to(torch.float64) * inv.to(x.device)
     emb = torch.cat((freqs, freqs), dim=-1)
     return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 

@@ -4,6 +4,9 @@ Face folder: weights, config, tokenizer, chat template, generation config) and t
 32 greedy tokens that transformers' generate() gives after a few prompts, in float64.
 
   python3 tools/make_generate_fixture.py --out fixtures/generate
+  python3 tools/make_generate_fixture.py --out fixtures/generate_dynamic --dynamic --seed 12
+(--dynamic: dynamic (NTK) RoPE, factor 2 over max_position_embeddings 16, which every
+generation passes: the frequencies change while the cache holds keys rotated by the old ones.)
 Writes <out>/model/ and <out>/expected.json: [{"prompt_ids", "greedy_ids", "min_margin"}],
 min_margin being the smallest gap between the best and second-best logit over the 32
 steps (the engine computes in float32, so a gap far above its rounding keeps argmax equal).
@@ -24,6 +27,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--dynamic", action="store_true", help="dynamic RoPE over max_position_embeddings 16")
     args = ap.parse_args()
     model_dir = os.path.join(args.out, "model")
     if os.path.isdir(model_dir):
@@ -34,9 +38,11 @@ def main():
         shutil.copy(os.path.join(chat, f), model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     vocab = len(tok)
+    rope = {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}} if args.dynamic else {}
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=16 if args.dynamic else 256,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, **rope,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(cfg)

@@ -26,6 +26,9 @@ struct SequenceShard {
   int64_t offset = 0;    // global index of the first local token (the rest follow the layout)
   std::vector<int32_t> ids, targets, positions;  // [S_local]
   std::vector<int32_t> doc_start;                // [S_global]: first token of each token's document
+  // 1 + the largest position id among the row's real tokens on every rank (not padding): the
+  // length that dynamic RoPE scales to, as transformers takes it from position_ids.
+  int64_t rope_length = 0;
   int64_t S_local() const { return static_cast<int64_t>(ids.size()); }
 };
 

@@ -241,6 +241,8 @@ std::vector<SequenceShard> DataLoader::next_shards(int64_t B, int64_t sp_rank, c
     }
     sh.doc_start.resize(S_padded);
     row_doc_starts(seq, S_padded, sh.doc_start.data());
+    // Positions count from 0 in each document (read_stream), so the longest one sets the length.
+    for (int64_t g = 0; g < S; ++g) sh.rope_length = std::max<int64_t>(sh.rope_length, g - sh.doc_start[g] + 1);
   }
   slot_ += B * options_.dp_size;
   return out;

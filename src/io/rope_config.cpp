@@ -25,6 +25,11 @@ void parse_block(const json& block, const char* block_name, const std::string& s
     rope->factor = f.positive_number("factor");
     return;
   }
+  if (t == "dynamic") {  // NTK-aware: the base grows with the sequence past max_position_embeddings
+    rope->factor = f.positive_number("factor");
+    rope->original_max_position_embeddings = max_positions;
+    return;
+  }
   if (t == "llama3") {
     rope->factor = f.positive_number("factor");
     rope->low_freq_factor = f.positive_number("low_freq_factor");
@@ -61,7 +66,7 @@ void parse_block(const json& block, const char* block_name, const std::string& s
 }  // namespace
 
 json RopeConfig::scaling_fields() const {
-  if (type == "linear") return {{"factor", factor}};
+  if (type == "linear" || type == "dynamic") return {{"factor", factor}};
   if (type == "llama3")
     return {{"factor", factor},
             {"low_freq_factor", low_freq_factor},

@@ -107,6 +107,7 @@ SequenceShard shard_sequence(const TokenBatch& batch, int64_t row, Communicator&
     for (int64_t i = 0; i < S_l; ++i) in_order[theirs[i]] = all[q * S_l + i];
   }
   s.doc_start = document_starts(in_order);
+  for (int64_t g = 0; g < batch.S; ++g) s.rope_length = std::max<int64_t>(s.rope_length, in_order[g] + 1);
   return s;
 }
 

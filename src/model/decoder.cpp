@@ -16,6 +16,7 @@ KvCacheDecoder::KvCacheDecoder(LlamaWeights& weights, Backend& backend, int64_t 
   const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
   inv_freq_ = be_.empty({static_cast<int64_t>(inv.size())}, DType::F32, Pool::Weights);
   be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));
+  inv_freq_length_ = c_.max_position_embeddings;
   const size_t per_layer = static_cast<size_t>(max_tokens) * c_.num_key_value_heads * c_.head_dim;
   k_cache_.assign(per_layer * c_.num_hidden_layers, 0.0f);
   v_cache_.assign(per_layer * c_.num_hidden_layers, 0.0f);
@@ -64,6 +65,11 @@ std::vector<float> KvCacheDecoder::feed(const std::vector<int32_t>& ids) {
   for (int32_t id : ids)
     ULY_CHECK(id >= 0 && id < V, "generate: token id " << id << " is outside the model's vocabulary [0, " << V << ")");
   const DType t = be_.act_dtype();
+  if (rope_depends_on_length(c_.rope) && length_ + n > inv_freq_length_) {
+    inv_freq_length_ = length_ + n;
+    const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim, inv_freq_length_);
+    be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));
+  }
   std::vector<int32_t> pos(n);
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(length_ + i);
   Tensor ids_t = be_.empty({n}, DType::I32), pos_t = be_.empty({n}, DType::I32);

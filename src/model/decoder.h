@@ -33,6 +33,9 @@ class KvCacheDecoder {
   const ModelConfig& c_;
   int64_t max_tokens_, length_ = 0;
   Tensor inv_freq_;
+  // Dynamic RoPE, as transformers decodes: the frequencies grow with the sequence past
+  // max_position_embeddings, and the keys already cached keep the rotation they were given.
+  int64_t inv_freq_length_ = 0;
   std::vector<float> k_cache_, v_cache_;  // [layers, max_tokens, Hkv, d]
 };
 

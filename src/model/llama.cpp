@@ -71,9 +71,17 @@ LlamaModel::LlamaModel(LlamaWeights& weights, Backend& backend, std::unique_ptr<
   check_head_chunks(c_.num_attention_heads, c_.num_key_value_heads, 1, options_.head_chunks);
   ULY_CHECK(options_.mlp_tiles >= 0, "--tiled-mlp must be >= 1 (or given without a value), got " << options_.mlp_tiles);
   ULY_CHECK(options_.loss_tile_tokens >= 0, "--tiled-loss must be >= 0, got " << options_.loss_tile_tokens);
-  const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim);
-  inv_freq_ = be_.empty({static_cast<int64_t>(inv.size())}, DType::F32);
+  inv_freq_ = be_.empty({c_.head_dim / 2}, DType::F32);
+  set_rope_length(0);
+}
+
+// Dynamic RoPE's frequencies follow the sequence (1 + its largest position id); the others are
+// made once. Rebuilt only when the length changes, so fixed-length rows upload them once.
+void LlamaModel::set_rope_length(int64_t length) {
+  if (inv_freq_length_ != 0 && (!rope_depends_on_length(c_.rope) || length == inv_freq_length_)) return;
+  const std::vector<float> inv = rope_inv_freq(c_.rope, c_.head_dim, length);
   be_.copy(inv_freq_, Tensor::borrow(const_cast<float*>(inv.data()), {static_cast<int64_t>(inv.size())}, DType::F32));
+  inv_freq_length_ = std::max<int64_t>(length, 1);
 }
 
 LlamaModel::~LlamaModel() = default;
@@ -406,6 +414,10 @@ void LlamaModel::begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor&
   targets = upload(shard.targets);
   positions_ = upload(shard.positions);
   docs_ = make_documents(be_, shard.doc_start, c_.sliding_window);
+  if (rope_depends_on_length(c_.rope)) {
+    ULY_CHECK(shard.rope_length > 0, "dynamic RoPE: the sequence carries no length (1 + its largest position id)");
+    set_rope_length(shard.rope_length);
+  }
 }
 
 double LlamaModel::forward_loss(const SequenceShard& shard) {

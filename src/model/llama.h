@@ -101,6 +101,8 @@ class LlamaModel {
   ParameterStore params_;  // the layers' weights, gathered a group at a time with ZeRO stage 3
   std::unique_ptr<SequenceAttention> attention_;
   Tensor inv_freq_;  // [d/2] float32 on the device
+  int64_t inv_freq_length_ = 0;  // the sequence length inv_freq_ was made for (dynamic RoPE)
+  void set_rope_length(int64_t length);
   // Per-sequence state, valid during forward_backward.
   Tensor positions_;
   Documents docs_;

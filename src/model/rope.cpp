@@ -42,16 +42,29 @@ std::vector<float> yarn_inv_freq(const RopeConfig& rope, int64_t dim, const std:
 
 }  // namespace
 
-std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim, int64_t length) {
   ULY_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even, got " << head_dim);
   const int64_t half = head_dim / 2;
+  float base = static_cast<float>(rope.theta);
+  if (rope.type == "dynamic" && length > rope.original_max_position_embeddings) {
+    ULY_CHECK(head_dim > 2, "rope: dynamic scaling needs head_dim > 2 (its exponent is dim / (dim - 2)), got "
+                                << head_dim);
+    // transformers' _compute_dynamic_ntk_parameters, in its float32 tensor arithmetic:
+    // base * (factor * length / max_positions - (factor - 1)) ** (dim / (dim - 2)).
+    const float factor = static_cast<float>(rope.factor);
+    const float stretch = factor * static_cast<float>(length) /
+                              static_cast<float>(rope.original_max_position_embeddings) -
+                          static_cast<float>(rope.factor - 1.0);
+    const double expo = static_cast<double>(head_dim) / static_cast<double>(head_dim - 2);
+    base = base * std::pow(stretch, static_cast<float>(expo));
+  }
   // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
   std::vector<float> inv(half);
   for (int64_t i = 0; i < half; ++i) {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[i] = 1.0f / std::pow(static_cast<float>(rope.theta), expo);
+    inv[i] = 1.0f / std::pow(base, expo);
   }
-  if (rope.type == "default") return inv;
+  if (rope.type == "default" || rope.type == "dynamic") return inv;
   if (rope.type == "linear") {  // positions divided by factor, i.e. every frequency
     for (float& f : inv) f /= static_cast<float>(rope.factor);
     return inv;

@@ -82,6 +82,7 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
     for (int64_t g = 0; g < shard.S_global; ++g)
       row[g] = g < r.seq_len ? batch.positions[g] : static_cast<int32_t>(g - r.seq_len);
     shard.doc_start = document_starts(row);
+    shard.rope_length = std::min(r.seq_len, doc_len);
     backend->pools().reset_peaks();
     model.forward_backward(shard, 1.0);
     out = MemorySnapshot::of(backend->pools());

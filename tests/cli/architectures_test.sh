@@ -92,13 +92,13 @@ done
 # The families' fixtures (float64 transformers references) under ZeRO-3 over dp 2 x sp 2 (one-row
 # batches: sp 4), gradients reduce-scattered and weights gathered layer by layer.
 mkdir -p fx2 fx1
-for c in qwen2_bias qwen3_qknorm qwen3_bias_yarn mistral_window; do ln -s "$ROOT/fixtures/$c" fx2/$c; done
+for c in qwen2_bias qwen3_qknorm qwen3_bias_yarn mistral_window llama_dynamic; do ln -s "$ROOT/fixtures/$c" fx2/$c; done
 ln -s "$ROOT/fixtures/qwen2_yarn_tied" fx1/qwen2_yarn_tied
 python3 "$ROOT/tools/check_loss_grad.py" --ulysses "$ULYSSES" --cases fx2 --launcher "$MPIRUN -np 4" \
   --extra-args "--sp 2 --zero 3" > zero3.log 2>&1 && \
 python3 "$ROOT/tools/check_loss_grad.py" --ulysses "$ULYSSES" --cases fx1 --launcher "$MPIRUN -np 4" \
   --extra-args "--sp 4 --zero 3" >> zero3.log 2>&1 \
-  && pass "Qwen2/Qwen3/Mistral fixtures under ZeRO-3 at dp 2 x sp 2 (sp 4 for one row) equal transformers" \
+  && pass "Qwen2/Qwen3/Mistral/dynamic-RoPE fixtures under ZeRO-3 at dp 2 x sp 2 (sp 4 for one row) equal transformers" \
   || { fail "fixtures under ZeRO-3"; tail -5 zero3.log; }
 
 cat > gemma.json <<'JSON'

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # ulysses generate: greedy output equals transformers' generate() (32 tokens, float64, made by
-# tools/make_generate_fixture.py) on the fixture model for every prompt; the same from a
+# tools/make_generate_fixture.py) on the fixture models (plain, and dynamic RoPE) for every prompt; the same from a
 # training checkpoint of it; sampling is reproducible by seed and top-k 1 is greedy.
 source "$(dirname "$0")/lib.sh" "$@"
 cd "$TMP"
 FX="$ROOT/fixtures/generate"
 
-python3 - "$FX/expected.json" > cases.txt <<'PY'
+# fixtures/generate_dynamic: dynamic RoPE over max_position_embeddings 16, which every generation
+# passes, so the frequencies change while the cache holds keys rotated by the earlier ones.
+for fx in generate generate_dynamic; do
+python3 - "$ROOT/fixtures/$fx/expected.json" > cases_$fx.txt <<'PY'
 import json, sys
 for c in json.load(open(sys.argv[1]))["cases"]:
     print(c["prompt"] + "\t" + ",".join(map(str, c["greedy_ids"])))
@@ -14,12 +17,14 @@ PY
 n=0
 while IFS=$'\t' read -r prompt want; do
   n=$((n + 1))
-  got=$("$ULYSSES" generate --model "$FX/model" --prompt "$prompt" --add-special-tokens --max-new-tokens 32 \
-        --ignore-eos --ids 2> err.txt | tail -1 | tr -d '[] ')
-  if [ "$got" = "$want" ]; then pass "greedy 32 tokens equal transformers' for prompt $n"
-  else fail "greedy for prompt $n: got [$got], transformers [$want]"; cat err.txt; fi
-done < cases.txt
-[ $n -eq 3 ] || fail "expected 3 fixture prompts, read $n"
+  got=$("$ULYSSES" generate --model "$ROOT/fixtures/$fx/model" --prompt "$prompt" --add-special-tokens \
+        --max-new-tokens 32 --ignore-eos --ids 2> err.txt | tail -1 | tr -d '[] ')
+  if [ "$got" = "$want" ]; then pass "$fx: greedy 32 tokens equal transformers' for prompt $n"
+  else fail "$fx: greedy for prompt $n: got [$got], transformers [$want]"; cat err.txt; fi
+done < cases_$fx.txt
+[ $n -eq 3 ] || fail "$fx: expected 3 fixture prompts, read $n"
+done
+cp cases_generate.txt cases.txt
 
 # From a training checkpoint (lr 0, float32 save): the same tokens, with the tokenizer copied into it.
 mkdir -p data && printf 'some text for one step of training\n' > data/a.txt
