@@ -232,10 +232,10 @@ TEST(CpuBackend, RejectsBadArguments) {
   EXPECT_NO_THROW(be->attention_backward(dq, dk, dv, o, o, lse, q, k, v, docs, 1.0));
   EXPECT_THROW(be->attention_backward(dq, dk, dv_bad, o, o, lse, q, k, v, docs, 1.0), Error);
 
-  // swiglu
+  // gated activation
   Tensor gt = F({2, 6}), up = F({2, 6}), hh = F({2, 6}), up_bad = F({2, 5});
-  EXPECT_THROW(be->swiglu_forward(hh, gt, up_bad), Error);
-  EXPECT_THROW(be->swiglu_backward(hh, up_bad, gt, gt, up), Error);
+  EXPECT_THROW(be->gated_activation_forward(hh, gt, up_bad, Activation::SiLU), Error);
+  EXPECT_THROW(be->gated_activation_backward(hh, up_bad, gt, gt, up, Activation::SiLU), Error);
 
   // cross-entropy
   Tensor logits = F({2, 5}), losses = F({2});

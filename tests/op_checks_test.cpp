@@ -137,12 +137,15 @@ std::vector<Case> bad_calls() {
       {"dv of q's shape", "attention_backward", "dv",
        [attn_bwd](Args& a) { attn_bwd(a, a.D({4, 4, 2}), {4, 4, 2}); }},
       {"undefined q", "attention_backward", "q", [attn_bwd](Args& a) { attn_bwd(a, Tensor{}, {4, 2, 2}); }},
-      {"up of another shape", "swiglu_forward", "up",
-       [](Args& a) { Tensor h = a.D({2, 6}); a.be.swiglu_forward(h, a.D({2, 6}), a.D({2, 5})); }},
-      {"int32 gate gradient", "swiglu_backward", "dgate",
+      {"up of another shape", "gated_activation_forward", "up",
+       [](Args& a) {
+         Tensor h = a.D({2, 6});
+         a.be.gated_activation_forward(h, a.D({2, 6}), a.D({2, 5}), Activation::SiLU);
+       }},
+      {"int32 gate gradient", "gated_activation_backward", "dgate",
        [](Args& a) {
          Tensor dg = a.make({2, 6}, DType::I32), du = a.D({2, 6});
-         a.be.swiglu_backward(dg, du, a.D({2, 6}), a.D({2, 6}), a.D({2, 6}));
+         a.be.gated_activation_backward(dg, du, a.D({2, 6}), a.D({2, 6}), a.D({2, 6}), Activation::SiLU);
        }},
       {"losses of the wrong length", "cross_entropy_forward_backward", "losses",
        [ce](Args& a) { ce(a, {2, 5}, a.A({3}), 2); }},
@@ -214,11 +217,11 @@ std::vector<Case> good_calls() {
          Tensor dq = a.D({4, 4, 2}), dk = a.D({4, 2, 2}), dv = a.D({4, 2, 2});
          a.be.attention_backward(dq, dk, dv, o, o, lse, q, k, v, docs, 1.0);
        }},
-      {"swiglu", "swiglu_forward", "",
+      {"gated activation", "gated_activation_forward", "",
        [](Args& a) {
          Tensor h = a.D({2, 6}), dg = a.D({2, 6}), du = a.D({2, 6});
-         a.be.swiglu_forward(h, a.D({2, 6}), a.D({2, 6}));
-         a.be.swiglu_backward(dg, du, h, a.D({2, 6}), a.D({2, 6}));
+         a.be.gated_activation_forward(h, a.D({2, 6}), a.D({2, 6}), Activation::SiLU);
+         a.be.gated_activation_backward(dg, du, h, a.D({2, 6}), a.D({2, 6}), Activation::SiLU);
        }},
       {"cross-entropy, float32 losses", "cross_entropy_forward_backward", "",
        [](Args& a) {

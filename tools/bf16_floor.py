@@ -39,6 +39,7 @@ from safetensors.numpy import load_file
 from safetensors.torch import load_file as load_torch
 from torch.overrides import TorchFunctionMode
 from transformers import AutoConfig
+from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 torch.set_default_dtype(torch.float64)
@@ -179,6 +180,7 @@ class Net:
         self.case_name, self.inv_freqs = case.name, {}
         _, self.attention_factor = self.rope_for(1)
         self.eps = cfg.rms_norm_eps
+        self.gate_act = ACT2FN[cfg.hidden_act]  # transformers' own activation, run in float64
 
     def rope_for(self, length):
         """(inverse frequencies, attention factor) for a row whose largest position is length - 1."""
@@ -241,7 +243,7 @@ class Net:
         xn2 = self.act(rms(x_mid, self.w(pre + "post_attention_layernorm.weight"), self.eps))
         gate = self.act(xn2 @ self.w(pre + "mlp.gate_proj.weight").T)
         up = self.act(xn2 @ self.w(pre + "mlp.up_proj.weight").T)
-        h = self.act(torch.nn.functional.silu(gate) * up)
+        h = self.act(self.gate_act(gate) * up)
         return self.act(self.act(h @ self.w(pre + "mlp.down_proj.weight").T) + x_mid)
 
     def row_loss(self, ids, p, targets):

@@ -86,6 +86,7 @@ class Case:
     arch: str = "llama"                  # llama | mistral | qwen2 | qwen3 (ARCHS)
     attention_bias: bool = False         # llama/qwen3: q/k/v/o biases (qwen2 always has q/k/v ones)
     window: int | None = None            # mistral: sliding_window
+    act: str = "silu"                    # hidden_act: the MLP's gate activation (transformers' ACT2FN name)
 
 
 def committed_cases():
@@ -208,7 +209,7 @@ def hf_config(c: Case):
     kw = dict(vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.intermediate,
               num_hidden_layers=c.layers, num_attention_heads=c.heads, num_key_value_heads=c.kv_heads,
               max_position_embeddings=c.max_pos, rms_norm_eps=c.eps, tie_word_embeddings=c.tie,
-              rope_parameters=dict(c.rope), hidden_act="silu",
+              rope_parameters=dict(c.rope), hidden_act=c.act,
               bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if c.arch == "llama":
         kw.update(attention_bias=c.attention_bias, mlp_bias=False)
@@ -549,7 +550,9 @@ def make_case(c: Case, out_root: str):
 
     info = {
         "name": c.name, "description": c.description, "seed": c.seed,
-        "case": dataclasses.asdict(c),
+        # fields added after the first cases are left out at their defaults, so regenerating keeps
+        # the older cases' files byte-identical
+        "case": {k: v for k, v in dataclasses.asdict(c).items() if not (k == "act" and v == "silu")},
         "batch": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in np_batch.items()},
         "documents": [[e - s for s, e in d] for d in documents(batch)],
         "n_targets": count, "reference_loss": loss.item(),

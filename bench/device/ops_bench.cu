@@ -18,7 +18,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
-#include "backend/cuda/swiglu.h"
+#include "backend/cuda/gated_activation.h"
 #include "core/error.h"
 #include "bench_util.cuh"
 
@@ -89,9 +89,10 @@ int main(int argc, char** argv) {
             [&] { rmsnorm_backward(dx, dw, dy, x, w, rstd, N, D, s, true); });
     time_op("rmsnorm backward", 3 * ND * b2, s, [&] { rmsnorm_backward(y, dw, dy, x, w, rstd, N, D, s, false); });
     time_op("add", 3 * ND * b2, s, [&] { add(y, x, dy, ND, s); });
-    time_op("swiglu forward", 3 * NF * b2, s, [&] { swiglu_forward(h, gate, up, N, F, s); });
+    time_op("swiglu forward", 3 * NF * b2, s, [&] { gated_activation_forward(h, gate, up, NF, ulysses::Activation::SiLU, s); });
     bf16 *dgate = dev<bf16>(NF), *dup = dev<bf16>(NF);
-    time_op("swiglu backward", 5 * NF * b2, s, [&] { swiglu_backward(dgate, dup, h, gate, up, N, F, s); });
+    time_op("swiglu backward", 5 * NF * b2, s,
+            [&] { gated_activation_backward(dgate, dup, h, gate, up, NF, ulysses::Activation::SiLU, s); });
     cudaFree(dgate);
     cudaFree(dup);
     int32_t* pos = dev<int32_t>(N);

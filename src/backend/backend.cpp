@@ -22,8 +22,17 @@ MemoryPools& Backend::pools() {
   return *pools_;
 }
 
-double Backend::sum_squares_impl(const Tensor&) {
-  ULY_FAIL("backend '" << name() << "' does not implement sum_squares (needed for gradient clipping)");
+// Every op's default implementation: refuse (the planner overrides missing_op and counts only).
+#define ULY_DEFAULT_OP_IMPL(ret, op, params) \
+  ret Backend::op##_impl params {            \
+    missing_op(#op);                         \
+    return ret();                            \
+  }
+ULYSSES_BACKEND_OPS(ULY_DEFAULT_OP_IMPL)
+#undef ULY_DEFAULT_OP_IMPL
+
+void Backend::missing_op(const char* op) {
+  ULY_FAIL(op << ": the " << name() << " backend does not implement this op");
 }
 
 double Backend::sum_squares_all_impl(const std::vector<const Tensor*>& xs) {
@@ -36,14 +45,6 @@ void Backend::matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool 
                               const Tensor& R) {
   if (D.raw() != R.raw()) copy(D, R);
   matmul_impl(D, A, B, trans_a, trans_b, 1.0, 1.0);
-}
-
-void Backend::adamw_step_impl(Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&) {
-  ULY_FAIL("backend '" << name() << "' does not implement adamw_step (needed for training)");
-}
-
-void Backend::copy_heads_impl(Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool) {
-  ULY_FAIL("backend '" << name() << "' does not implement copy_heads (needed for sequence parallelism)");
 }
 
 }  // namespace ulysses

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/documents.h"
+#include "core/activation.h"
 #include "core/memory_pools.h"
 #include "core/tensor.h"
 
@@ -175,8 +176,10 @@ class Backend {
     (void)backward;
     return 0;
   }
-  void swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up);
-  void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up);
+  // The MLP's gated activation h = act(gate) * up (core/activation.h), and its backward.
+  void gated_activation_forward(Tensor& h, const Tensor& gate, const Tensor& up, Activation act);
+  void gated_activation_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up,
+                                 Activation act);
   // losses: [N] float32 (or the accumulator dtype; write); dlogits may alias logits.
   void cross_entropy_forward_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits, const Tensor& targets,
                                       double grad_scale);
@@ -221,53 +224,52 @@ class Backend {
   DType accumulator_dtype(DType dt) const;
 
  protected:
-  // The implementations, called with arguments already checked (see the entries above).
-  virtual void zero_impl(Tensor& t) = 0;
-  virtual void copy_impl(Tensor& dst, const Tensor& src) = 0;
-  virtual void embedding_forward_impl(Tensor& out, const Tensor& ids, const Tensor& table) = 0;
-  virtual void embedding_backward_impl(Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
-  virtual void rmsnorm_forward_impl(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, double eps) = 0;
-  virtual void rmsnorm_backward_impl(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                                     const Tensor& rstd, bool accumulate_dx) = 0;
-  virtual void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) = 0;
-  virtual void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) = 0;
-  virtual void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Documents& docs, double scale) = 0;
-  virtual void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
-                                       const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Documents& docs, double scale) = 0;
-  virtual void attention_forward_block_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
-                                            const Tensor& v, const Documents& docs, int64_t q0, int64_t k0,
-                                            double scale) = 0;
-  virtual void attention_backward_block_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
-                                             const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                             const Tensor& v, const Documents& docs, int64_t q0, int64_t k0,
-                                             double scale) = 0;
-  virtual void attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) = 0;
-  virtual void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) = 0;
-  virtual void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
-                                    const Tensor& up) = 0;
-  virtual void cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& losses, const Tensor& logits,
-                                                   const Tensor& targets, double grad_scale) = 0;
-  virtual void matmul_impl(Tensor& C, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b, double alpha,
-                           double beta) = 0;
-  // By default R copied into D (unless they are one buffer), then matmul_impl with beta 1.
+  // The implementations, called with arguments already checked (see the entries above), declared
+  // once in ULYSSES_BACKEND_OPS: (return type, op, parameter types). Each refuses by default
+  // through missing_op(), so that a backend without an op still builds and says which op it
+  // lacks, and the planner (which overrides missing_op to count only) needs no edit for a new op.
+#define ULYSSES_BACKEND_OPS(X)                                                                                   \
+  X(void, zero, (Tensor&))                                                                                       \
+  X(void, copy, (Tensor&, const Tensor&))                                                                        \
+  X(void, embedding_forward, (Tensor&, const Tensor&, const Tensor&))                                            \
+  X(void, embedding_backward, (Tensor&, const Tensor&, const Tensor&))                                           \
+  X(void, rmsnorm_forward, (Tensor&, Tensor&, const Tensor&, const Tensor&, double))                             \
+  X(void, rmsnorm_backward, (Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool)) \
+  X(void, rope_forward, (Tensor&, const Tensor&, const Tensor&, const Tensor&))                                  \
+  X(void, rope_backward, (Tensor&, const Tensor&, const Tensor&, const Tensor&))                                 \
+  X(void, attention_forward, (Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Documents&,   \
+                              double))                                                                           \
+  X(void, attention_backward, (Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,          \
+                               const Tensor&, const Tensor&, const Tensor&, const Documents&, double))          \
+  X(void, attention_forward_block, (Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,              \
+                                    const Documents&, int64_t, int64_t, double))                                 \
+  X(void, attention_backward_block, (Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,    \
+                                     const Tensor&, const Tensor&, const Tensor&, const Documents&, int64_t,    \
+                                     int64_t, double))                                                           \
+  X(void, attention_merge, (Tensor&, Tensor&, const Tensor&, const Tensor&))                                     \
+  X(void, gated_activation_forward, (Tensor&, const Tensor&, const Tensor&, Activation))                        \
+  X(void, gated_activation_backward, (Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, Activation)) \
+  X(void, cross_entropy_forward_backward, (Tensor&, Tensor&, const Tensor&, const Tensor&, double))              \
+  X(void, matmul, (Tensor&, const Tensor&, const Tensor&, bool, bool, double, double))                           \
+  X(void, bias_add, (Tensor&, const Tensor&))                                                                    \
+  X(void, bias_backward, (Tensor&, const Tensor&))                                                               \
+  X(void, add, (Tensor&, const Tensor&, const Tensor&))                                                          \
+  X(void, axpy, (Tensor&, const Tensor&, double))                                                                \
+  X(double, sum, (const Tensor&))                                                                                \
+  X(double, sum_squares, (const Tensor&))                                                                        \
+  X(void, adamw_step, (Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&))                  \
+  X(void, copy_heads, (Tensor&, int64_t, const Tensor&, int64_t, int64_t, bool))
+#define ULY_DECLARE_OP_IMPL(ret, op, params) virtual ret op##_impl params;
+  ULYSSES_BACKEND_OPS(ULY_DECLARE_OP_IMPL)
+#undef ULY_DECLARE_OP_IMPL
+  // Ops built from the others by default, overridden where a device does better.
+  // matmul_add: R copied into D (unless they are one buffer), then matmul_impl with beta 1.
   virtual void matmul_add_impl(Tensor& D, const Tensor& A, const Tensor& B, bool trans_a, bool trans_b,
                                const Tensor& R);
-  // Ops added after the first backends: by default they refuse, naming the op and the backend,
-  // so that a backend (or the planner) without them still builds.
-  virtual void bias_add_impl(Tensor& y, const Tensor& b);
-  virtual void bias_backward_impl(Tensor& db, const Tensor& dy);
-  virtual void add_impl(Tensor& y, const Tensor& a, const Tensor& b) = 0;
-  virtual void axpy_impl(Tensor& y, const Tensor& x, double alpha) = 0;
-  virtual double sum_impl(const Tensor& x) = 0;
-  virtual double sum_squares_impl(const Tensor& x);
-  // By default the sum of sum_squares_impl over the tensors.
+  // sum_squares_all: the sum of sum_squares_impl over the tensors.
   virtual double sum_squares_all_impl(const std::vector<const Tensor*>& xs);
-  virtual void adamw_step_impl(Tensor& master, Tensor& m, Tensor& v, Tensor& weight, const Tensor& grad,
-                               const AdamWParams& p);
-  virtual void copy_heads_impl(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0,
-                               int64_t n_heads, bool accumulate);
+  // What an op that this backend lacks does: refuse, naming the op and the backend.
+  virtual void missing_op(const char* op);
 
   // For backends that count instead of allocating (the planner).
   void set_pools(std::unique_ptr<MemoryPools> pools) { pools_ = std::move(pools); }

@@ -352,30 +352,23 @@ void Backend::bias_backward(Tensor& db, const Tensor& dy) {
   bias_backward_impl(db, dy);
 }
 
-void Backend::bias_add_impl(Tensor&, const Tensor&) {
-  ULY_FAIL("bias_add: the " << name() << " backend does not implement this op");
-}
-
-void Backend::bias_backward_impl(Tensor&, const Tensor&) {
-  ULY_FAIL("bias_backward: the " << name() << " backend does not implement this op");
-}
-
-void Backend::swiglu_forward(Tensor& h, const Tensor& gate, const Tensor& up) {
-  const OpCheck c(*this, "swiglu_forward");
+void Backend::gated_activation_forward(Tensor& h, const Tensor& gate, const Tensor& up, Activation act) {
+  const OpCheck c(*this, "gated_activation_forward");
   c.data(gate, "gate");
   c.like(up, gate, "up", "gate");
   c.like(h, gate, "h", "gate");
-  swiglu_forward_impl(h, gate, up);
+  gated_activation_forward_impl(h, gate, up, act);
 }
 
-void Backend::swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate, const Tensor& up) {
-  const OpCheck c(*this, "swiglu_backward");
+void Backend::gated_activation_backward(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                                        const Tensor& up, Activation act) {
+  const OpCheck c(*this, "gated_activation_backward");
   c.data(gate, "gate");
   c.like(up, gate, "up", "gate");
   c.like(dh, gate, "dh", "gate");
   c.like(dgate, gate, "dgate", "gate");
   c.like(dup, gate, "dup", "gate");
-  swiglu_backward_impl(dgate, dup, dh, gate, up);
+  gated_activation_backward_impl(dgate, dup, dh, gate, up, act);
 }
 
 // losses: float32, or the accumulator dtype of the logits (float64 on the CPU).

@@ -119,7 +119,9 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
   c.architecture = arch->name;
   c.model_type = arch->model_type;
   if (auto act = f.opt_string("hidden_act"))
-    ULY_CHECK(*act == "silu", src << ": field 'hidden_act' ('" << *act << "') is not supported (supported: silu)");
+    ULY_CHECK(parse_activation(*act, c.hidden_act), src << ": field 'hidden_act' ('" << *act
+                                                        << "') is not supported (supported: "
+                                                        << supported_activations() << ")");
   if (arch->reads_attention_bias) {
     c.qkv_bias = c.o_bias = f.opt_bool("attention_bias", false);
   } else {
@@ -195,7 +197,7 @@ json hf_config_json(const ModelConfig& c) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   // What a reader of the architecture would otherwise assume, written out so the file stands alone.
-  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  if (!j.contains("hidden_act")) j["hidden_act"] = activation_name(c.hidden_act);
   if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.o_bias;
   if (c.model_type == "llama" && !j.contains("mlp_bias")) j["mlp_bias"] = false;
   if (c.model_type == "mistral")
@@ -208,120 +210,77 @@ json hf_config_json(const ModelConfig& c) {
   return j;
 }
 
+namespace {
+
+// A named shape: the sizes of the published config.json (bench, plan and tests use them with
+// random weights). llama3_factor > 0: Llama 3's rope_scaling with that factor (theta 5e5, original 8192).
+struct NamedShape {
+  const char* name;
+  const char* architecture;
+  const char* model_type;
+  int64_t vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_positions;
+  double eps, theta, llama3_factor;
+  bool tied;
+  const char* dtype;
+  int64_t bos, eos;  // -1: not written
+  bool sliding_window_key;  // writes use_sliding_window: false (Qwen)
+};
+
+constexpr NamedShape kNamedShapes[] = {
+    {"llama-3.1-8b", "LlamaForCausalLM", "llama", 128256, 4096, 14336, 32, 32, 8, 128, 131072, 1e-5, 500000.0, 8.0,
+     false, "bfloat16", 128000, 128001, false},
+    {"llama-3.2-1b", "LlamaForCausalLM", "llama", 128256, 2048, 8192, 16, 32, 8, 64, 131072, 1e-5, 500000.0, 32.0,
+     true, "bfloat16", 128000, 128001, false},
+    {"llama-3.2-3b", "LlamaForCausalLM", "llama", 128256, 3072, 8192, 28, 24, 8, 128, 131072, 1e-5, 500000.0, 32.0,
+     true, "bfloat16", 128000, 128001, false},
+    {"qwen2.5-7b", "Qwen2ForCausalLM", "qwen2", 152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e-6, 1000000.0, 0.0,
+     false, "bfloat16", 151643, 151643, true},
+    {"qwen2.5-1.5b", "Qwen2ForCausalLM", "qwen2", 151936, 1536, 8960, 28, 12, 2, 128, 32768, 1e-6, 1000000.0, 0.0,
+     true, "bfloat16", 151643, 151643, true},
+    {"qwen3-8b", "Qwen3ForCausalLM", "qwen3", 151936, 4096, 12288, 36, 32, 8, 128, 40960, 1e-6, 1000000.0, 0.0, false,
+     "bfloat16", 151643, 151645, true},
+    // Mistral 7B v0.3: no sliding window.
+    {"mistral-7b", "MistralForCausalLM", "mistral", 32768, 4096, 14336, 32, 32, 8, 128, 32768, 1e-5, 1000000.0, 0.0,
+     false, "bfloat16", 1, 2, false},
+    {"tiny", "LlamaForCausalLM", "llama", 256, 64, 128, 2, 4, 2, 16, 2048, 1e-5, 10000.0, 0.0, false, "float32", -1, -1,
+     false},
+};
+
+}  // namespace
+
 bool named_model_config(const std::string& name_in, ModelConfig* out) {
   std::string name = name_in;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const NamedShape* shape = nullptr;
+  for (const NamedShape& s : kNamedShapes)
+    if (name == s.name) shape = &s;
+  if (!shape) return false;
   ModelConfig c;
-  json extra = json::object();
-  auto llama3_rope = [&](double factor) {
+  c.architecture = shape->architecture;
+  c.model_type = shape->model_type;
+  c.vocab_size = shape->vocab;
+  c.hidden_size = shape->hidden;
+  c.intermediate_size = shape->intermediate;
+  c.num_hidden_layers = shape->layers;
+  c.num_attention_heads = shape->heads;
+  c.num_key_value_heads = shape->kv_heads;
+  c.head_dim = shape->head_dim;
+  c.max_position_embeddings = shape->max_positions;
+  c.rms_norm_eps = shape->eps;
+  c.rope.theta = shape->theta;
+  if (shape->llama3_factor > 0) {
     c.rope.type = "llama3";
-    c.rope.theta = 500000.0;
-    c.rope.factor = factor;
+    c.rope.factor = shape->llama3_factor;
     c.rope.low_freq_factor = 1.0;
     c.rope.high_freq_factor = 4.0;
     c.rope.original_max_position_embeddings = 8192;
-  };
-  auto llama3_common = [&]() {
-    c.vocab_size = 128256;
-    c.num_key_value_heads = 8;
-    c.max_position_embeddings = 131072;
-    c.rms_norm_eps = 1e-5;
-    c.torch_dtype = "bfloat16";
-    extra = {{"bos_token_id", 128000}, {"eos_token_id", 128001}};
-  };
-  if (name == "llama-3.1-8b") {
-    llama3_common();
-    c.hidden_size = 4096;
-    c.intermediate_size = 14336;
-    c.num_hidden_layers = 32;
-    c.num_attention_heads = 32;
-    c.head_dim = 128;
-    llama3_rope(8.0);
-    c.tie_word_embeddings = false;
-  } else if (name == "llama-3.2-1b") {
-    llama3_common();
-    c.hidden_size = 2048;
-    c.intermediate_size = 8192;
-    c.num_hidden_layers = 16;
-    c.num_attention_heads = 32;
-    c.head_dim = 64;
-    llama3_rope(32.0);
-    c.tie_word_embeddings = true;
-  } else if (name == "llama-3.2-3b") {
-    llama3_common();
-    c.hidden_size = 3072;
-    c.intermediate_size = 8192;
-    c.num_hidden_layers = 28;
-    c.num_attention_heads = 24;
-    c.head_dim = 128;
-    llama3_rope(32.0);
-    c.tie_word_embeddings = true;
-  } else if (name == "qwen2.5-7b" || name == "qwen2.5-1.5b") {
-    const bool big = name == "qwen2.5-7b";
-    c.architecture = "Qwen2ForCausalLM";
-    c.model_type = "qwen2";
-    c.vocab_size = big ? 152064 : 151936;
-    c.hidden_size = big ? 3584 : 1536;
-    c.intermediate_size = big ? 18944 : 8960;
-    c.num_hidden_layers = 28;
-    c.num_attention_heads = big ? 28 : 12;
-    c.num_key_value_heads = big ? 4 : 2;
-    c.head_dim = 128;
-    c.max_position_embeddings = 32768;
-    c.rms_norm_eps = 1e-6;
-    c.rope.theta = 1000000.0;
-    c.tie_word_embeddings = !big;
-    c.torch_dtype = "bfloat16";
-    extra = {{"bos_token_id", 151643}, {"eos_token_id", 151643}, {"use_sliding_window", false}};
-  } else if (name == "qwen3-8b") {
-    c.architecture = "Qwen3ForCausalLM";
-    c.model_type = "qwen3";
-    c.vocab_size = 151936;
-    c.hidden_size = 4096;
-    c.intermediate_size = 12288;
-    c.num_hidden_layers = 36;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.max_position_embeddings = 40960;
-    c.rms_norm_eps = 1e-6;
-    c.rope.theta = 1000000.0;
-    c.tie_word_embeddings = false;
-    c.torch_dtype = "bfloat16";
-    extra = {{"bos_token_id", 151643}, {"eos_token_id", 151645}, {"use_sliding_window", false}};
-  } else if (name == "mistral-7b") {  // v0.3: no sliding window
-    c.architecture = "MistralForCausalLM";
-    c.model_type = "mistral";
-    c.vocab_size = 32768;
-    c.hidden_size = 4096;
-    c.intermediate_size = 14336;
-    c.num_hidden_layers = 32;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.max_position_embeddings = 32768;
-    c.rms_norm_eps = 1e-5;
-    c.rope.theta = 1000000.0;
-    c.tie_word_embeddings = false;
-    c.torch_dtype = "bfloat16";
-    extra = {{"bos_token_id", 1}, {"eos_token_id", 2}};
-  } else if (name == "tiny") {
-    c.vocab_size = 256;
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.max_position_embeddings = 2048;
-    c.rms_norm_eps = 1e-5;
-    c.rope = RopeConfig{};  // default rope, theta 10000
-    c.tie_word_embeddings = false;
-    c.torch_dtype = "float32";
-  } else {
-    return false;
   }
-  json raw = extra;
+  c.tie_word_embeddings = shape->tied;
+  c.torch_dtype = shape->dtype;
+  json raw = json::object();
+  if (shape->bos >= 0) raw["bos_token_id"] = shape->bos;
+  if (shape->eos >= 0) raw["eos_token_id"] = shape->eos;
+  if (shape->sliding_window_key) raw["use_sliding_window"] = false;
   raw["architectures"] = json::array({c.architecture});
   c.raw = raw;
   raw = hf_config_json(c);
@@ -335,7 +294,9 @@ bool named_model_config(const std::string& name_in, ModelConfig* out) {
 namespace ulysses {
 
 std::string named_model_configs() {
-  return "llama-3.1-8b, llama-3.2-1b, llama-3.2-3b, qwen2.5-7b, qwen2.5-1.5b, qwen3-8b, mistral-7b, tiny";
+  std::string names;
+  for (const NamedShape& s : kNamedShapes) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  return names;
 }
 
 }  // namespace ulysses

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/activation.h"
 #include "io/rope_config.h"
 
 namespace ulysses {
@@ -32,6 +33,7 @@ struct ModelConfig {
   bool o_bias = false;          // the output projection carries one (attention_bias in Llama/Qwen3)
   bool qk_norm = false;         // RMSNorm over each head of q and of k before RoPE (Qwen3): weights [head_dim]
   int64_t sliding_window = 0;   // causal attention limited to the last W tokens, itself included (Mistral); 0: none
+  Activation hidden_act = Activation::SiLU;  // the MLP's gate activation: act(gate) * up
   std::string torch_dtype = "float32";  // the dtype of the stored weights
   nlohmann::json raw;                   // the file as read; written back on save
 

@@ -101,7 +101,7 @@ std::vector<float> KvCacheDecoder::feed(const std::vector<int32_t>& ids) {
     Tensor gate = be_.empty({n, F}, t), up = be_.empty({n, F}, t), h = be_.empty({n, F}, t);
     be_.matmul(gate, xn, L.w_gate->value, false, true);
     be_.matmul(up, xn, L.w_up->value, false, true);
-    be_.swiglu_forward(h, gate, up);
+    be_.gated_activation_forward(h, gate, up, c_.hidden_act);
     be_.matmul(x, h, L.w_down->value, false, true, 1.0, 1.0);  // x += h Wdown^T
   }
   const Tensor last = x.slice(n - 1, n);

@@ -2,7 +2,7 @@
 //
 // Each call to feed() runs the new tokens through the model with the backend's ops
 // (embedding, RMSNorm, the layer's q/k/v as model/attention_inputs makes them for training,
-// SwiGLU, lm_head), appends their keys and
+// gated MLP, lm_head), appends their keys and
 // values to the cache and returns the last token's logits. The attention of the new
 // queries over the cache is computed on the host in float32 (one query row per new
 // token: cheap next to the projections), so it runs unchanged on every backend; on

@@ -249,7 +249,7 @@ void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tenso
     const Tensor xn = a.xn2.slice(b, e);
     linear(gate, xn, *L.w_gate);
     linear(up, xn, *L.w_up);
-    be_.swiglu_forward(h, gate, up);
+    be_.gated_activation_forward(h, gate, up, c_.hidden_act);
     if (!recompute) {
       Tensor out = x_out.slice(b, e);
       be_.matmul_add(out, h, L.w_down->value, false, true, x_mid.slice(b, e));  // x_out = x_mid + h Wdown^T
@@ -281,13 +281,13 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
       h = be_.empty({e - b, F}, t);
       linear(gate, xn, *L.w_gate);
       linear(up, xn, *L.w_up);
-      be_.swiglu_forward(h, gate, up);
+      be_.gated_activation_forward(h, gate, up, c_.hidden_act);
     }
     const Tensor dy = d_mid.slice(b, e);
     Tensor dh = be_.empty({e - b, F}, t);
     linear_backward(dh, *L.w_down, dy, h, false);
     Tensor dgate = be_.empty({e - b, F}, t), dup = be_.empty({e - b, F}, t);
-    be_.swiglu_backward(dgate, dup, dh, gate, up);
+    be_.gated_activation_backward(dgate, dup, dh, gate, up, c_.hidden_act);
     Tensor dxn = dxn2.slice(b, e);
     linear_backward(dxn, *L.w_gate, dgate, xn, false);
     linear_backward(dxn, *L.w_up, dup, xn, true);

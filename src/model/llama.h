@@ -18,7 +18,7 @@ namespace ulysses {
 
 // Memory techniques (ALST). Defaults are the plain path.
 struct StepOptions {
-  int64_t mlp_tiles = 1;          // SwiGLU MLP over this many sequence tiles (0 = ceil(tokens / hidden));
+  int64_t mlp_tiles = 1;          // gated MLP over this many sequence tiles (0 = ceil(tokens / hidden));
                                   // more than one tile recomputes the MLP in backward
   int64_t loss_tile_tokens = 0;   // tokens per lm_head + cross-entropy tile; 0 = all local tokens at once
   bool checkpoint = false;        // keep only each layer's input; recompute the layer in backward

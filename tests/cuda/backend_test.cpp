@@ -267,19 +267,22 @@ TEST_F(CudaBackendTest, NormRopeSwigluAgainstCpu) {
   cpu->rope_backward(rback, q, pos, inv);
   expect_close(back, rback, 2e-2, "rope backward");
 
-  // SwiGLU.
+  // The gated activations, every one.
   const Tensor g = bf16_rounded(host_random({N, D}, 43, -5, 5)), u = bf16_rounded(host_random({N, D}, 44));
-  Tensor dg = dev(g, DType::BF16), du = dev(u, DType::BF16), h = poisoned({N, D}, DType::BF16);
-  gpu->swiglu_forward(h, dg, du);
-  Tensor rh = Tensor::empty({N, D}, DType::F32);
-  cpu->swiglu_forward(rh, g, u);
-  expect_close(h, rh, 2e-2, "swiglu h");
-  Tensor dgate = poisoned({N, D}, DType::BF16), dup = poisoned({N, D}, DType::BF16);
-  gpu->swiglu_backward(dgate, dup, dev(dy, DType::BF16), dg, du);
-  Tensor rdg = Tensor::empty({N, D}, DType::F32), rdu = Tensor::empty({N, D}, DType::F32);
-  cpu->swiglu_backward(rdg, rdu, dy, g, u);
-  expect_close(dgate, rdg, 2e-2, "swiglu dgate");
-  expect_close(dup, rdu, 2e-2, "swiglu dup");
+  for (const ActivationNames& a : kActivations) {
+    const std::string what = activation_name(a.act);
+    Tensor dg = dev(g, DType::BF16), du = dev(u, DType::BF16), h = poisoned({N, D}, DType::BF16);
+    gpu->gated_activation_forward(h, dg, du, a.act);
+    Tensor rh = Tensor::empty({N, D}, DType::F32);
+    cpu->gated_activation_forward(rh, g, u, a.act);
+    expect_close(h, rh, 2e-2, (what + " h").c_str());
+    Tensor dgate = poisoned({N, D}, DType::BF16), dup = poisoned({N, D}, DType::BF16);
+    gpu->gated_activation_backward(dgate, dup, dev(dy, DType::BF16), dg, du, a.act);
+    Tensor rdg = Tensor::empty({N, D}, DType::F32), rdu = Tensor::empty({N, D}, DType::F32);
+    cpu->gated_activation_backward(rdg, rdu, dy, g, u, a.act);
+    expect_close(dgate, rdg, 2e-2, (what + " dgate").c_str());
+    expect_close(dup, rdu, 2e-2, (what + " dup").c_str());
+  }
 }
 
 TEST_F(CudaBackendTest, EmbeddingLossAddAxpyHeadsAgainstCpu) {

@@ -13,7 +13,7 @@
 #include "backend/cuda/heads.h"
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/rope.h"
-#include "backend/cuda/swiglu.h"
+#include "backend/cuda/gated_activation.h"
 #include "cuda/cuda_test_util.h"
 
 namespace ulysses {
@@ -316,12 +316,16 @@ TYPED_TEST(CudaElementwise, VectorisedPathsEqualScalarPaths) {
     for (size_t i = 0; i < static_cast<size_t>(written); ++i) ASSERT_FALSE(std::isnan(outs[0][i])) << i;
   };
   run_both("add", n, [&](int64_t o) { cuda::add(d_y.get() + o, d_a.get() + o, d_b.get() + o, n, this->stream); });
-  run_both("swiglu_forward", n,
-           [&](int64_t o) { cuda::swiglu_forward(d_y.get() + o, d_a.get() + o, d_b.get() + o, 1, n, this->stream); });
-  run_both("swiglu_backward", n, [&](int64_t o) {
-    cuda::swiglu_backward(d_y.get() + o, d_z.get() + o, d_c.get() + o, d_a.get() + o, d_b.get() + o, 1, n,
-                          this->stream);
-  });
+  for (const ActivationNames& a : kActivations) {
+    const std::string name = activation_name(a.act);
+    run_both((name + " forward").c_str(), n, [&](int64_t o) {
+      cuda::gated_activation_forward(d_y.get() + o, d_a.get() + o, d_b.get() + o, n, a.act, this->stream);
+    });
+    run_both((name + " backward").c_str(), n, [&](int64_t o) {
+      cuda::gated_activation_backward(d_y.get() + o, d_z.get() + o, d_c.get() + o, d_a.get() + o, d_b.get() + o, n,
+                                      a.act, this->stream);
+    });
+  }
   // RoPE: rows of H heads of d; the vectorised form needs d / 2 a multiple of the pack.
   const int64_t H = 2, d = 64, N = n / (H * d);
   std::vector<int32_t> pos(static_cast<size_t>(N));

@@ -12,7 +12,7 @@
 #include "backend/cuda/embedding.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
-#include "backend/cuda/swiglu.h"
+#include "backend/cuda/gated_activation.h"
 #include "cuda/cuda_test_util.h"
 
 namespace ulysses {
@@ -223,31 +223,35 @@ TYPED_TEST(CudaOps, RopeForwardBackward) {
   }
 }
 
-TYPED_TEST(CudaOps, SwigluForwardBackward) {
+TYPED_TEST(CudaOps, GatedActivationsForwardBackward) {
   using T = TypeParam;
   const int64_t N = 17, F = 1000;
-  const auto gate = rounded<T>(random_vector_f(N * F, 40, -6, 6));
-  const auto up = rounded<T>(random_vector_f(N * F, 41, -2, 2));
-  const auto dh = rounded<T>(random_vector_f(N * F, 42));
-  DeviceBuffer<T> d_gate(N * F), d_up(N * F), d_dh(N * F), d_h(N * F), d_dgate(N * F), d_dup(N * F);
-  upload(d_gate, gate);
-  upload(d_up, up);
-  upload(d_dh, dh);
-  d_h.poison();
-  d_dgate.poison();
-  d_dup.poison();
-  cuda::swiglu_forward(d_h.get(), d_gate.get(), d_up.get(), N, F, this->stream);
-  cuda::swiglu_backward(d_dgate.get(), d_dup.get(), d_dh.get(), d_gate.get(), d_up.get(), N, F, this->stream);
-  this->sync();
-  std::vector<float> ref_h(N * F), ref_dgate(N * F), ref_dup(N * F);
-  cpu::swiglu_forward(ref_h.data(), gate.data(), up.data(), N, F);
-  cpu::swiglu_backward(ref_dgate.data(), ref_dup.data(), dh.data(), gate.data(), up.data(), N, F);
-  const auto h = download(d_h);
-  const auto dgate = download(d_dgate);
-  const auto dup = download(d_dup);
-  EXPECT_CLOSE(h, ref_h, Elem<T>::tol);
-  EXPECT_CLOSE(dgate, ref_dgate, Elem<T>::tol);
-  EXPECT_CLOSE(dup, ref_dup, Elem<T>::tol);
+  for (const ActivationNames& a : kActivations) {
+    SCOPED_TRACE(activation_name(a.act));
+    const auto gate = rounded<T>(random_vector_f(N * F, 40, -6, 6));
+    const auto up = rounded<T>(random_vector_f(N * F, 41, -2, 2));
+    const auto dh = rounded<T>(random_vector_f(N * F, 42));
+    DeviceBuffer<T> d_gate(N * F), d_up(N * F), d_dh(N * F), d_h(N * F), d_dgate(N * F), d_dup(N * F);
+    upload(d_gate, gate);
+    upload(d_up, up);
+    upload(d_dh, dh);
+    d_h.poison();
+    d_dgate.poison();
+    d_dup.poison();
+    cuda::gated_activation_forward(d_h.get(), d_gate.get(), d_up.get(), N * F, a.act, this->stream);
+    cuda::gated_activation_backward(d_dgate.get(), d_dup.get(), d_dh.get(), d_gate.get(), d_up.get(), N * F, a.act,
+                                    this->stream);
+    this->sync();
+    std::vector<float> ref_h(N * F), ref_dgate(N * F), ref_dup(N * F);
+    cpu::gated_activation_forward(ref_h.data(), gate.data(), up.data(), N * F, a.act);
+    cpu::gated_activation_backward(ref_dgate.data(), ref_dup.data(), dh.data(), gate.data(), up.data(), N * F, a.act);
+    const auto h = download(d_h);
+    const auto dgate = download(d_dgate);
+    const auto dup = download(d_dup);
+    EXPECT_CLOSE(h, ref_h, Elem<T>::tol);
+    EXPECT_CLOSE(dgate, ref_dgate, Elem<T>::tol);
+    EXPECT_CLOSE(dup, ref_dup, Elem<T>::tol);
+  }
 }
 
 TYPED_TEST(CudaOps, CrossEntropy) {

@@ -204,20 +204,19 @@ class CpuBackend final : public Backend {
   }
 
   // gate, up, h: [..., F], all the same shape.
-  void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) override {
-    const auto [N, F] = rows_cols(gate);
+  void gated_activation_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up, Activation act) override {
     dispatch(gate.dtype(), [&](auto t) {
       using T = decltype(t);
-      cpu::swiglu_forward(ptr<T>(h), ptr<T>(gate), ptr<T>(up), N, F);
+      cpu::gated_activation_forward(ptr<T>(h), ptr<T>(gate), ptr<T>(up), gate.numel(), act);
     });
   }
 
-  void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
-                            const Tensor& up) override {
-    const auto [N, F] = rows_cols(gate);
+  void gated_activation_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                                      const Tensor& up, Activation act) override {
     dispatch(gate.dtype(), [&](auto t) {
       using T = decltype(t);
-      cpu::swiglu_backward(ptr<T>(dgate), ptr<T>(dup), ptr<T>(dh), ptr<T>(gate), ptr<T>(up), N, F);
+      cpu::gated_activation_backward(ptr<T>(dgate), ptr<T>(dup), ptr<T>(dh), ptr<T>(gate), ptr<T>(up), gate.numel(),
+                                     act);
     });
   }
 

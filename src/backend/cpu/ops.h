@@ -9,6 +9,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/activation.h"
+
 namespace ulysses::cpu {
 
 // ---- embedding ----------------------------------------------------------------
@@ -84,13 +86,13 @@ void attention_backward_block(T* dq, T* dk, T* dv, const T* dout, const T* out, 
 template <class A, class T>
 void attention_merge(A* acc, A* acc_lse, const T* out, const T* lse, int64_t S, int64_t H, int64_t d);
 
-// ---- SwiGLU: h = silu(gate) * up -------------------------------------------------
-// h, gate, up: [N, F] (h write).
+// ---- gated activation: h = act(gate) * up (core/activation.h) ----------------------
+// h, gate, up: [n] (h write).
 template <class T>
-void swiglu_forward(T* h, const T* gate, const T* up, int64_t N, int64_t F);
-// dgate, dup: [N, F] (write); dh, gate, up: [N, F].
+void gated_activation_forward(T* h, const T* gate, const T* up, int64_t n, Activation act);
+// dgate, dup: [n] (write); dh, gate, up: [n].
 template <class T>
-void swiglu_backward(T* dgate, T* dup, const T* dh, const T* gate, const T* up, int64_t N, int64_t F);
+void gated_activation_backward(T* dgate, T* dup, const T* dh, const T* gate, const T* up, int64_t n, Activation act);
 
 // ---- cross-entropy over a tile of logits ------------------------------------------
 // logits, dlogits: [N, V] (dlogits write, may alias logits); targets: [N], -100 = ignored;

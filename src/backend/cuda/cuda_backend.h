@@ -91,9 +91,9 @@ class CudaBackend : public Backend {
                                      const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Documents& docs, int64_t q0, int64_t k0, double scale) override;
   void attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tensor& out, const Tensor& lse) override;
-  void swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) override;
-  void swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
-                            const Tensor& up) override;
+  void gated_activation_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up, Activation act) override;
+  void gated_activation_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                                      const Tensor& up, Activation act) override;
   void cross_entropy_forward_backward_impl(Tensor& dlogits, Tensor& losses, const Tensor& logits,
                                            const Tensor& targets, double grad_scale) override;
   // C must not overlap A or B (cuBLASLt).

@@ -18,10 +18,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/embedding.h"
+#include "backend/cuda/gated_activation.h"
 #include "backend/cuda/heads.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
-#include "backend/cuda/swiglu.h"
 #include "core/log.h"
 
 namespace ulysses::cuda {
@@ -376,17 +376,17 @@ void CudaBackend::attention_merge_impl(Tensor& acc, Tensor& acc_lse, const Tenso
                           ptr<const float>(lse), S, H, d, stream_);
 }
 
-void CudaBackend::swiglu_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up) {
-  dispatch_act(gate.dtype(), "swiglu_forward", [&]<class T>() {
-    cuda::swiglu_forward(ptr<T>(h), ptr<const T>(gate), ptr<const T>(up), 1, gate.numel(), stream_);
+void CudaBackend::gated_activation_forward_impl(Tensor& h, const Tensor& gate, const Tensor& up, Activation act) {
+  dispatch_act(gate.dtype(), "gated_activation_forward", [&]<class T>() {
+    cuda::gated_activation_forward(ptr<T>(h), ptr<const T>(gate), ptr<const T>(up), gate.numel(), act, stream_);
   });
 }
 
-void CudaBackend::swiglu_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
-                                       const Tensor& up) {
-  dispatch_act(gate.dtype(), "swiglu_backward", [&]<class T>() {
-    cuda::swiglu_backward(ptr<T>(dgate), ptr<T>(dup), ptr<const T>(dh), ptr<const T>(gate), ptr<const T>(up), 1,
-                          gate.numel(), stream_);
+void CudaBackend::gated_activation_backward_impl(Tensor& dgate, Tensor& dup, const Tensor& dh, const Tensor& gate,
+                                                 const Tensor& up, Activation act) {
+  dispatch_act(gate.dtype(), "gated_activation_backward", [&]<class T>() {
+    cuda::gated_activation_backward(ptr<T>(dgate), ptr<T>(dup), ptr<const T>(dh), ptr<const T>(gate),
+                                    ptr<const T>(up), gate.numel(), act, stream_);
   });
 }
 
