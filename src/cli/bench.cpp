@@ -15,7 +15,6 @@
 #include "core/log.h"
 #include "core/step_profile.h"
 #include "io/model_folder.h"
-#include "parallel/step_communicator.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
@@ -23,7 +22,9 @@
 
 namespace ulysses {
 
-int run_bench(int argc, char** argv, Communicator& world) {
+namespace {
+
+std::vector<OptionSpec> bench_specs() {
   std::vector<OptionSpec> specs = {
       {"model", true, false, "Hugging Face model folder (its config; weights are random)"},
       {"shape", true, false, "a named shape: llama-3.1-8b, llama-3.2-1b/3b, qwen2.5-7b/1.5b, qwen3-8b, mistral-7b, tiny"},
@@ -44,6 +45,59 @@ int run_bench(int argc, char** argv, Communicator& world) {
   for (auto& s : engine_option_specs())
     if (s.name != "memory-report") specs.push_back(s);
   for (auto& s : optimizer_option_specs()) specs.push_back(s);
+  return specs;
+}
+
+// B rows of S tokens, the same ids every run; positions 0..S-1, targets shifted.
+TokenBatch synthetic_batch(int64_t B, int64_t S, int64_t vocab) {
+  TokenBatch batch;
+  batch.B = B;
+  batch.S = S;
+  for (int64_t i = 0; i < B * S; ++i) {
+    batch.ids.push_back(static_cast<int32_t>((i * 2654435761ull) % static_cast<uint64_t>(vocab)));
+    batch.positions.push_back(static_cast<int32_t>(i % S));
+  }
+  batch.targets = shift_labels(batch.ids, batch.positions, B, S);
+  return batch;
+}
+
+// The times of `steps` steps after `warmup` untimed ones (each step: zero the gradients, forward,
+// backward, the update), every rank in step; with `profile`, the timed steps' op families.
+std::vector<double> time_steps(Engine& engine, AdamW* optimizer, const TokenBatch& batch, int64_t warmup,
+                               int64_t steps, StepProfile* profile) {
+  Backend& backend = engine.backend();
+  LlamaWeights& weights = engine.weights();
+  std::vector<double> times;
+  backend.pools().reset_peaks();
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    if (profile && i == warmup) backend.enable_profiling(profile);
+    backend.synchronize();
+    engine.world().barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      ProfileScope prof(backend, "zero grads");
+      weights.zero_grads(backend);
+    }
+    compute_loss_and_grads(engine.model(), weights, backend, engine.mesh(), batch);
+    if (optimizer) optimizer->step();
+    backend.synchronize();
+    engine.world().barrier();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(dt);
+    if (profile && i >= warmup) {
+      backend.profile_flush();  // after the step's synchronize: reading the events stalls nothing
+      profile->add_step(dt);
+    }
+    ULY_INFO("step " << i + 1 << (i < warmup ? " (warm-up)" : "") << ": " << dt << " s");
+  }
+  backend.enable_profiling(nullptr);
+  return times;
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv, Communicator& world) {
+  const std::vector<OptionSpec> specs = bench_specs();
   Args args("bench", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("bench", specs);
@@ -58,32 +112,25 @@ int run_bench(int argc, char** argv, Communicator& world) {
             "bench --find-max-seq finds the sequence length itself, for one sequence: leave out --seq and --batch");
   if (!find_max) check_tokens_fit_host("bench: a step", B * S, host_memory_available());
   const bool optimize = !args.has("no-optimizer");
-  const OptimizerChoice optimizer_choice = optimizer_choice_from(args, optimize, world.size());
   const bool profiling = args.has("profile");
 
-  std::unique_ptr<Backend> backend = backend_from(args, world.rank());
-  StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
-  ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
+  EngineConfig engine_config = engine_config_from(args, optimize);
+  Engine engine(engine_config, world);
+  Backend* backend = &engine.backend();
+  ProcessMesh& mesh = engine.mesh();
   if (mesh.zigzag()) mesh.layout().check_length(S, "--seq");
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), S);
-  ULY_CHECK(optimizer_choice.zero < 2 || B % mesh.dp_size() == 0,
-            "bench: --zero " << optimizer_choice.zero
+  const int zero = engine_config.zero;
+  ULY_CHECK(zero < 2 || B % mesh.dp_size() == 0,
+            "bench: --zero " << zero
                              << " reduce-scatters each layer's gradients during the backward, so every rank must "
                                 "hold as many rows: --batch "
                 << B << " is not a multiple of dp = " << mesh.dp_size() << " (give --batch " << mesh.dp_size()
                 << ", or --sp " << world.size() << ")");
-  StepOptions options = step_options_from(args);
+  StepOptions options = engine_config.memory;
   PlanRequest found;  // --find-max-seq: the plan the measured steps confirm
   if (find_max) {
-    found.config = config;
-    found.sp = mesh.sp_size();
-    found.ring = mesh.ring_size();
-    found.zigzag = mesh.zigzag();
-    found.options = options;
-    found.act_dtype = backend->act_dtype();
-    found.device = backend->device();
-    plan_optimizer(found, optimizer_choice);
-    found.runtime = backend.get();
+    found = engine.plan_request(config, 0);
     // bench runs the step here: the budgets are this machine's unless given.
     const size_t device_budget = gib_option(args, "memory-limit", backend->device_memory_available());
     const size_t host_budget = gib_option(args, "host-mem-limit", host_memory_available());
@@ -94,57 +141,27 @@ int run_bench(int argc, char** argv, Communicator& world) {
     S = find_max_seq(found, device_budget, host_budget, budgets, options, world.rank() == 0);
     check_tokens_fit_host("bench: a step", S, host_memory_available());
     if (mesh.zigzag()) mesh.layout().check_length(S, "--find-max-seq's length");
+    // The options the search chose, as given (an explicit --keep-attention stays as it was).
+    engine.set_step_options(options, options.keep_attention ? KeepAttention::On : engine_config.keep_attention);
   }
-  if (plan_and_check_memory(args, *backend, config, S, mesh.sp_size(), options, optimizer_choice, mesh.ring_size(),
-                            mesh.zigzag()))
-    return 0;
+  const Engine::Plan plan = engine.plan(config, S);
+  if (print_dry_run(args, engine, plan, S)) return 0;
+  engine.check_and_reserve(plan);
+  options = engine.step_options();
 
-  LlamaWeights weights(config, options.grad_dtype, zero_sharding(mesh.world(), optimizer_choice.zero));
-  weights.init_random(*backend, 1234);
+  LlamaWeights& weights = engine.load_weights(config, nullptr, 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize)
     optimizer = std::make_unique<AdamW>(
         weights, *backend, OptimizerConfig{},
-        OptimizerPlacement{optimizer_choice.shards > 1 ? &mesh.world() : nullptr, optimizer_choice.offload});
-  LlamaModel model(weights, *backend, mesh, options);
-
-  TokenBatch batch;
-  batch.B = B;
-  batch.S = S;
-  for (int64_t i = 0; i < B * S; ++i) {
-    batch.ids.push_back(static_cast<int32_t>((i * 2654435761ull) % static_cast<uint64_t>(config.vocab_size)));
-    batch.positions.push_back(static_cast<int32_t>(i % S));
-  }
-  batch.targets = shift_labels(batch.ids, batch.positions, B, S);
+        OptimizerPlacement{zero >= 1 ? &mesh.world() : nullptr, engine_config.offload_optimizer});
+  const TokenBatch batch = synthetic_batch(B, S, config.vocab_size);
 
   ULY_INFO("bench: " << config.num_hidden_layers << " layers, hidden " << config.hidden_size << ", " << B << " x " << S
                      << " tokens, " << mesh.describe() << ", backend " << backend->name()
                      << (optimize ? ", with AdamW" : ", forward + backward only"));
-  std::vector<double> times;
   StepProfile profile;
-  backend->pools().reset_peaks();
-  for (int64_t i = 0; i < warmup + steps; ++i) {
-    if (profiling && i == warmup) backend->enable_profiling(&profile);
-    backend->synchronize();
-    world.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    {
-      ProfileScope prof(*backend, "zero grads");
-      weights.zero_grads(*backend);
-    }
-    compute_loss_and_grads(model, weights, *backend, mesh, batch);
-    if (optimizer) optimizer->step();
-    backend->synchronize();
-    world.barrier();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= warmup) times.push_back(dt);
-    if (profiling && i >= warmup) {
-      backend->profile_flush();  // after the step's synchronize: reading the events stalls nothing
-      profile.add_step(dt);
-    }
-    ULY_INFO("step " << i + 1 << (i < warmup ? " (warm-up)" : "") << ": " << dt << " s");
-  }
-  backend->enable_profiling(nullptr);
+  std::vector<double> times = time_steps(engine, optimizer.get(), batch, warmup, steps, profiling ? &profile : nullptr);
   std::sort(times.begin(), times.end());
   const double t = times[times.size() / 2];
   const StepFlops f = step_flops(config, std::vector<int64_t>(B, S), options.checkpoint);
@@ -153,9 +170,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
   nlohmann::json j = {
       {"model_layers", config.num_hidden_layers}, {"hidden", config.hidden_size}, {"seq_len", S}, {"batch", B},
       {"ranks", world.size()}, {"sp", mesh.sp_size()}, {"sp_ring", mesh.ring_size()}, {"zigzag", mesh.zigzag()},
-      {"backend", backend->name()}, {"comm", comm.get().name()},
+      {"backend", backend->name()}, {"comm", engine.comm_name()},
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
-      {"zero", optimizer_choice.shards > 1 ? optimizer_choice.zero : 0}, {"offload_optimizer", optimizer_choice.offload},
+      {"zero", world.size() > 1 ? zero : 0}, {"offload_optimizer", engine_config.offload_optimizer},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
       {"head_chunks", options.head_chunks}, {"grad_dtype", dtype_name(options.grad_dtype)},

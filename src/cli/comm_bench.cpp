@@ -89,8 +89,9 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
     std::cout << Args::usage("comm-bench", specs);
     return 0;
   }
-  const bool cuda = backend_name_from(args) == "cuda";
-  const DType dtype = act_dtype_from(args);
+  const EngineConfig engine = engine_config_from(args, /*optimizer=*/false);
+  const bool cuda = engine.backend == BackendKind::Cuda;
+  const DType dtype = engine.act_dtype;
   const int64_t min_bytes = args.get_int("min-bytes", int64_t{1} << 20, kMessageBytes);
   const int64_t max_bytes = args.get_int("max-bytes", cuda ? int64_t{256} << 20 : int64_t{16} << 20, kMessageBytes);
   const int64_t factor = args.get_int("factor", 4, IntRange{2, 1 << 10, "a multiplier"});
@@ -106,8 +107,8 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
   }
   ULY_CHECK(!ops.empty(), "comm-bench: --ops names no operation");
 
-  std::unique_ptr<Backend> backend = backend_from(args, world.rank());
-  StepCommunicator step_comm(world, *backend, args.get("comm", "mpi"));
+  std::unique_ptr<Backend> backend = make_backend(engine, world.rank());
+  StepCommunicator step_comm(world, *backend, comm_kind_name(engine.comm));
   Communicator& comm = step_comm.get();
   const int64_t n = comm.size();
   const int64_t unit = static_cast<int64_t>(dtype_size(dtype)) * n;  // a message holds n equal blocks

@@ -52,6 +52,8 @@ std::vector<OptionSpec> engine_option_specs() {
   };
 }
 
+namespace {
+
 StepOptions step_options_from(const Args& args) {
   StepOptions o;
   if (args.has("tiled-mlp")) o.mlp_tiles = args.get_int("tiled-mlp", 0, limits::kMlpTiles);  // 0: decided per sequence
@@ -73,35 +75,69 @@ StepOptions step_options_from(const Args& args) {
   ULY_CHECK(grad == "float32" || grad == "fp32" || grad == "bfloat16" || grad == "bf16",
             "--grad-dtype takes float32 (fp32) or bfloat16 (bf16), got '" << grad << "'");
   o.grad_dtype = grad == "bfloat16" || grad == "bf16" ? DType::BF16 : DType::F32;
-  const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
-  ULY_CHECK(keep.empty() || keep == "on" || keep == "off" || keep == "auto",
-            "--keep-attention takes on, off or auto, got '" << keep << "'");
-  o.keep_attention = keep.empty() || keep == "on";
-  ULY_CHECK(!o.keep_attention || o.checkpoint,
-            "--keep-attention keeps attention outputs for the recompute of checkpointed layers; add --checkpoint "
-            "(or --offload-checkpoints)");
   return o;
 }
 
-std::string backend_name_from(const Args& args) {
-  const std::string b = args.get("backend", "cpu");
-  ULY_CHECK(b == "cpu" || b == "cuda", "unknown --backend '" << b << "' (choose cpu or cuda)");
-  return b;
+KeepAttention keep_attention_from(const Args& args, bool checkpoint) {
+  const std::string keep = args.has("keep-attention") ? args.get("keep-attention", "on") : "auto";
+  ULY_CHECK(keep.empty() || keep == "on" || keep == "off" || keep == "auto",
+            "--keep-attention takes on, off or auto, got '" << keep << "'");
+  const bool on = keep.empty() || keep == "on";
+  ULY_CHECK(!on || checkpoint,
+            "--keep-attention keeps attention outputs for the recompute of checkpointed layers; add --checkpoint "
+            "(or --offload-checkpoints)");
+  return on ? KeepAttention::On : keep == "off" ? KeepAttention::Off : KeepAttention::Auto;
 }
 
-DType act_dtype_from(const Args& args) {
-  const std::string b = backend_name_from(args);
-  const std::string dtype = args.get("dtype", b == "cuda" ? "bf16" : "fp32");
+BackendKind backend_kind_from(const Args& args) {
+  const std::string b = args.get("backend", "cpu");
+  ULY_CHECK(b == "cpu" || b == "cuda", "unknown --backend '" << b << "' (choose cpu or cuda)");
+  return b == "cuda" ? BackendKind::Cuda : BackendKind::Cpu;
+}
+
+DType act_dtype_from(const Args& args, BackendKind b) {
+  const std::string dtype = args.get("dtype", b == BackendKind::Cuda ? "bf16" : "fp32");
   ULY_CHECK(dtype == "bf16" || dtype == "fp32", "unknown --dtype '" << dtype << "' (choose bf16 or fp32)");
-  ULY_CHECK(b == "cuda" || dtype == "fp32",
+  ULY_CHECK(b == BackendKind::Cuda || dtype == "fp32",
             "--dtype " << dtype << ": the cpu backend computes in fp32 only (it is the reference)");
   return dtype == "fp32" ? DType::F32 : DType::BF16;
 }
 
-std::unique_ptr<Backend> backend_from(const Args& args, int world_rank) {
-  const DType act = act_dtype_from(args);
-  if (backend_name_from(args) == "cpu") return make_cpu_backend();
-  return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)), act);
+CommKind comm_kind_from(const Args& args) {
+  const std::string c = args.get("comm", "mpi");
+  ULY_CHECK(c == "mpi" || c == "nccl", "unknown communicator '" << c << "' (choose mpi or nccl)");
+  return c == "nccl" ? CommKind::Nccl : CommKind::Mpi;
+}
+
+}  // namespace
+
+EngineConfig engine_config_from(const Args& args, bool optimizer) {
+  EngineConfig e;
+  e.backend = backend_kind_from(args);
+  e.act_dtype = act_dtype_from(args, e.backend);
+  e.comm = comm_kind_from(args);
+  // --sp absent: all ranks (0 to the mesh). Given: a degree, at least 1.
+  e.sp = static_cast<int>(args.get_int("sp", 0, IntRange{1, limits::kSpDegree.hi, "omit --sp for all ranks"}));
+  e.ring = static_cast<int>(args.get_int("sp-ring", 1, limits::kRingDegree));
+  ULY_CHECK(!args.has("zigzag") || args.has("sp-ring"),
+            "--zigzag balances causal work over a ring of ranks; add --sp-ring R (R > 1)");
+  e.zigzag = args.has("zigzag");
+  e.memory = step_options_from(args);
+  e.keep_attention = keep_attention_from(args, e.memory.checkpoint);
+  const int64_t zero = args.get_int("zero", 0, IntRange{0, 3, "ZeRO stage"});
+  // Without an optimizer --zero 2 and 3 still shard the gradients and weights (stage 1 has
+  // nothing to shard then); --offload-optimizer has nothing to place.
+  ULY_CHECK(optimizer || (zero != 1 && !args.has("offload-optimizer")),
+            "--zero 1 and --offload-optimizer place the optimizer's state; this step has no optimizer"
+            " (drop --no-optimizer, or drop them; --zero 2 and 3 shard the gradients and weights without one)");
+  e.optimizer = optimizer;
+  e.zero = static_cast<int>(zero);
+  e.offload_optimizer = args.has("offload-optimizer");
+  e.reserve = !args.has("no-reserve");
+  // plan's --memory-limit may say auto (the GPU here): plan reads its budgets itself.
+  if (args.get("memory-limit", "") != "auto") e.device_limit = gib_option(args, "memory-limit", 0);
+  e.spelling = OptionSpelling::Flags;
+  return e;
 }
 
 ModelConfig model_config_from(const Args& args, const std::string& command) {
@@ -117,28 +153,9 @@ ModelConfig model_config_from(const Args& args, const std::string& command) {
   return config;
 }
 
-int ring_degree_from(const Args& args) {
-  return static_cast<int>(args.get_int("sp-ring", 1, limits::kRingDegree));
-}
-
-bool zigzag_from(const Args& args) {
-  ULY_CHECK(!args.has("zigzag") || args.has("sp-ring"),
-            "--zigzag balances causal work over a ring of ranks; add --sp-ring R (R > 1)");
-  return args.has("zigzag");
-}
-
-int sp_degree_from(const Args& args) {
-  // Absent: all ranks (0 to the mesh). Given: a degree, at least 1.
-  return static_cast<int>(args.get_int("sp", 0, IntRange{1, limits::kSpDegree.hi, "omit --sp for all ranks"}));
-}
-
 }  // namespace ulysses
 
 namespace ulysses {
-
-bool keep_attention_auto(const Args& args) {
-  return !args.has("keep-attention") || args.get("keep-attention", "on") == "auto";
-}
 
 std::vector<OptionSpec> optimizer_option_specs() {
   return {
@@ -150,69 +167,19 @@ std::vector<OptionSpec> optimizer_option_specs() {
   };
 }
 
-OptimizerChoice optimizer_choice_from(const Args& args, bool included, int ranks) {
-  const int64_t zero = args.get_int("zero", 0, IntRange{0, 3, "ZeRO stage"});
-  OptimizerChoice c;
-  c.included = included;
-  // Without an optimizer --zero 2 and 3 still shard the gradients and weights (stage 1 has
-  // nothing to shard then); --offload-optimizer has nothing to place.
-  ULY_CHECK(included || (zero != 1 && !args.has("offload-optimizer")),
-            "--zero 1 and --offload-optimizer place the optimizer's state; this step has no optimizer"
-            " (drop --no-optimizer, or drop them; --zero 2 and 3 shard the gradients and weights without one)");
-  c.shards = zero >= 1 ? ranks : 1;
-  c.zero = static_cast<int>(zero);
-  c.offload = args.has("offload-optimizer");
-  return c;
-}
-
-void plan_optimizer(PlanRequest& req, const OptimizerChoice& optimizer) {
-  req.optimizer = optimizer.included;
-  req.optimizer_shards = optimizer.shards;
-  req.optimizer_offload = optimizer.offload;
-  req.gradient_shards = optimizer.zero >= 2 ? optimizer.shards : 1;
-  req.weight_shards = optimizer.zero >= 3 ? optimizer.shards : 1;
-}
-
 size_t gib_option(const Args& args, const std::string& name, size_t fallback) {
   if (!args.has(name)) return fallback;
   return static_cast<size_t>(args.get_double(name, 0, limits::kGiB) * static_cast<double>(size_t(1) << 30));
 }
 
-bool plan_and_check_memory(const Args& args, Backend& backend, const ModelConfig& config, int64_t seq_len, int sp,
-                           StepOptions& options, const OptimizerChoice& optimizer, int ring, bool zigzag) {
-  PlanRequest req;
-  req.config = config;
-  req.seq_len = seq_len;
-  req.sp = sp;
-  req.ring = ring;
-  req.zigzag = zigzag;
-  req.options = options;
-  req.act_dtype = backend.act_dtype();
-  req.device = backend.device();
-  plan_optimizer(req, optimizer);
-  req.runtime = &backend;
-  const size_t device_available = gib_option(args, "memory-limit", backend.device_memory_available());
-  if (options.checkpoint && !options.keep_attention && keep_attention_auto(args)) {
-    PlanRequest keep = req;
-    keep.options.keep_attention = true;
-    const MemorySnapshot with_keep = plan_step_memory(keep);
-    const bool fits = with_keep.device.peak <= device_available && with_keep.host.peak <= host_memory_available();
-    ULY_INFO("--keep-attention auto: " << (fits ? "on" : "off") << " (the step with it needs "
-                                       << format_bytes(with_keep.device.peak) << " of "
-                                       << format_bytes(device_available) << ")");
-    if (fits) req.options.keep_attention = options.keep_attention = true;
-  }
-  const MemorySnapshot plan = plan_step_memory(req);
-  if (args.has("dry-run")) {
-    std::cout << "memory plan: sequence " << seq_len << ", sp " << sp
-              << (ring > 1 ? " (ring " + std::to_string(ring) + (zigzag ? ", zigzag)" : ")") : "") << ", backend "
-              << backend.name() << "\n"
-              << memory_report(plan, local_tokens(req), config.hidden_size);
-    return true;
-  }
-  check_plan_fits(req, plan, device_available, host_memory_available());
-  if (!args.has("no-reserve")) backend.reserve_memory(plan.device.peak, plan.host.peak);
-  return false;
+bool print_dry_run(const Args& args, Engine& engine, const Engine::Plan& plan, int64_t seq_len) {
+  if (!args.has("dry-run")) return false;
+  const PlanRequest& req = plan.request;
+  std::cout << "memory plan: sequence " << seq_len << ", sp " << req.sp
+            << (req.ring > 1 ? " (ring " + std::to_string(req.ring) + (req.zigzag ? ", zigzag)" : ")") : "")
+            << ", backend " << engine.backend().name() << "\n"
+            << memory_report(plan.memory, local_tokens(req), req.config.hidden_size);
+  return true;
 }
 
 }  // namespace ulysses

@@ -21,6 +21,7 @@
 #include "io/model_folder.h"
 #include "io/tokenizer.h"
 #include "model/decoder.h"
+#include "train/engine.h"
 
 namespace ulysses {
 
@@ -167,8 +168,10 @@ int run_generate(int argc, char** argv) {
   const ModelFolder folder = ModelFolder::open(dir);
   const std::string backend_name = args.get("backend", "cpu");
   ULY_CHECK(backend_name == "cpu" || backend_name == "cuda", "generate: --backend must be cpu or cuda");
-  std::unique_ptr<Backend> backend =
-      backend_name == "cuda" ? make_cuda_backend(cuda_device_for_local_rank(0)) : make_cpu_backend();
+  EngineConfig engine;  // one process: bf16 on cuda, the fp32 reference on the cpu
+  engine.backend = backend_name == "cuda" ? BackendKind::Cuda : BackendKind::Cpu;
+  engine.act_dtype = backend_name == "cuda" ? DType::BF16 : DType::F32;
+  std::unique_ptr<Backend> backend = make_backend(engine, 0);
   LlamaWeights weights(folder.config());
   weights.load(folder, *backend);
   const int64_t budget = static_cast<int64_t>(prompt.size()) + max_new;

@@ -11,7 +11,6 @@
 #include "core/log.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
-#include "parallel/step_communicator.h"
 #include "train/memory_plan.h"
 #include "train/step.h"
 
@@ -61,26 +60,24 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   const ModelConfig& config = folder.config();
   TokenBatch batch = load_batch_file(batch_path, config.vocab_size);
 
-  std::unique_ptr<Backend> backend = backend_from(args, world.rank());
-  StepCommunicator comm(world, *backend, args.get("comm", "mpi"));
-  ProcessMesh mesh(comm.get(), sp_degree_from(args), ring_degree_from(args), zigzag_from(args));
+  Engine engine(engine_config_from(args, /*optimizer=*/false), world);
+  Backend* backend = &engine.backend();
+  ProcessMesh& mesh = engine.mesh();
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), batch.S);
-  StepOptions options = step_options_from(args);
-  const OptimizerChoice zero = optimizer_choice_from(args, /*included=*/false, world.size());
-  ULY_CHECK(zero.zero < 2 || batch.B % mesh.dp_size() == 0,
-            "loss-grad: --zero " << zero.zero << " reduce-scatters each layer's gradients during the backward, so "
+  const int zero = engine.config().zero;
+  ULY_CHECK(zero < 2 || batch.B % mesh.dp_size() == 0,
+            "loss-grad: --zero " << zero << " reduce-scatters each layer's gradients during the backward, so "
                                  << "every rank must hold as many rows: the batch's " << batch.B
                                  << " rows are not a multiple of dp = " << mesh.dp_size() << " (give --sp "
                                  << world.size() << ", or a batch of a multiple of " << mesh.dp_size() << " rows)");
-  if (plan_and_check_memory(args, *backend, config, batch.S, mesh.sp_size(), options, zero, mesh.ring_size(),
-                            mesh.zigzag()))
-    return 0;
+  const Engine::Plan plan = engine.plan(config, batch.S);
+  if (print_dry_run(args, engine, plan, batch.S)) return 0;
+  engine.check_and_reserve(plan);
   ULY_INFO("loss-grad: " << mesh.describe() << ", backend " << backend->name() << ", batch " << batch.B << " x "
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 
-  LlamaWeights weights(config, options.grad_dtype, zero_sharding(mesh.world(), zero.zero));
-  weights.load(folder, *backend);
-  LlamaModel model(weights, *backend, mesh, options);
+  LlamaWeights& weights = engine.load_weights(config, &folder, 0);
+  LlamaModel& model = engine.model();
   backend->pools().reset_peaks();
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
   if (args.has("memory-report") && world.rank() == 0)

@@ -221,33 +221,27 @@ int run_plan(int argc, char** argv) {
     std::cout << Args::usage("plan", specs);
     return 0;
   }
-  PlanRequest req;
-  req.config = model_config_from(args, "plan");
-  req.seq_len = args.has("seq") ? args.get_int("seq", 0, limits::kSeqLen) : 0;
-  ULY_CHECK(req.seq_len > 0 || args.has("max-seq"),
+  const ModelConfig model = model_config_from(args, "plan");
+  const int64_t seq_len = args.has("seq") ? args.get_int("seq", 0, limits::kSeqLen) : 0;
+  ULY_CHECK(seq_len > 0 || args.has("max-seq"),
             "plan: give the sequence length with --seq TOKENS (or --max-seq to find the longest that fits)");
-  req.sp = std::max(1, sp_degree_from(args));
-  req.ring = ring_degree_from(args);
-  req.zigzag = zigzag_from(args);
-  const TokenLayout layout(req.sp, req.ring, req.zigzag);  // a ring degree that does not divide --sp: the error
-  if (layout.zigzag() && req.seq_len > 0) layout.check_length(req.seq_len, "--seq");
-  req.options = step_options_from(args);
-  // The planned ranks are the sequence-parallel group: --zero 1 shards over them.
   ULY_CHECK(!(args.has("optimizer") && args.has("no-optimizer")), "plan: --optimizer and --no-optimizer contradict");
-  plan_optimizer(req, optimizer_choice_from(args, !args.has("no-optimizer"), req.sp));
-  const std::string backend = backend_name_from(args);
-  req.act_dtype = act_dtype_from(args);
-  req.device = backend == "cuda" ? Device::CUDA : Device::CPU;
+  const EngineConfig engine = engine_config_from(args, !args.has("no-optimizer"));
+  const Device device = engine.backend == BackendKind::Cuda ? Device::CUDA : Device::CPU;
+  const std::string backend = backend_kind_name(engine.backend);
   // Where the GPU is here, its backend answers for its own workspaces (cuDNN's); elsewhere they are estimated.
   std::unique_ptr<Backend> runtime;
-  if (req.device == Device::CUDA && cuda_backend_compiled_in()) {
+  if (device == Device::CUDA && cuda_backend_compiled_in()) {
     try {
-      runtime = make_cuda_backend(0, req.act_dtype);
+      runtime = make_cuda_backend(0, engine.act_dtype);
     } catch (const Error&) {
       runtime.reset();
     }
   }
-  req.runtime = runtime.get();
+  // The planned ranks are the sequence-parallel group: --zero 1 shards over them.
+  PlanRequest req = make_plan_request(engine, model, seq_len, std::max(1, engine.sp), device, runtime.get());
+  const TokenLayout layout(req.sp, req.ring, req.zigzag);  // a ring degree that does not divide --sp: the error
+  if (layout.zigzag() && req.seq_len > 0) layout.check_length(req.seq_len, "--seq");
   const Budgets budgets = target_budgets(args, req);
   if (args.has("max-seq")) {
     StepOptions chosen;

@@ -1,14 +1,49 @@
 // ulysses train [CONFIG.yaml] [key=value | --key value ...]
+#include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/llama_weights.h"
 #include "train/trainer.h"
 
 namespace ulysses {
+namespace {
+
+// The faults the tests inject, read from the environment once, before the run:
+// ULYSSES_TEST_NONFINITE_AT_STEP=N puts a NaN into the first gradient element at step N (as a
+// diverging step would leave); ULYSSES_TEST_KILL_AT_STEP=N raises SIGKILL after step N, on every
+// rank or only on ULYSSES_TEST_KILL_RANK (the others then block in the next collective).
+TrainerHooks test_hooks_from_environment(int rank) {
+  TrainerHooks hooks;
+  if (const char* at = std::getenv("ULYSSES_TEST_NONFINITE_AT_STEP")) {
+    const long long poison_step = std::atoll(at);
+    hooks.after_backward = [poison_step](int64_t step, LlamaWeights& weights, Backend& backend) {
+      if (step != poison_step) return;
+      Parameter& p = weights.params().front();
+      float nan = std::numeric_limits<float>::quiet_NaN();
+      Tensor first = p.grad.reshape({p.grad.numel()}).slice(0, 1);
+      backend.copy(first, Tensor::borrow(&nan, {1}, DType::F32));
+    };
+  }
+  if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP")) {
+    const char* kill_rank = std::getenv("ULYSSES_TEST_KILL_RANK");
+    const long long kill_step = std::atoll(kill_at);
+    const bool this_rank = kill_rank == nullptr || std::atoi(kill_rank) == rank;
+    hooks.after_step = [kill_step, this_rank](int64_t step) {
+      if (step == kill_step && this_rank) std::raise(SIGKILL);
+    };
+  }
+  return hooks;
+}
+
+}  // namespace
 
 int run_train(int argc, char** argv, Communicator& world) {
   std::string config_path;
@@ -33,7 +68,7 @@ int run_train(int argc, char** argv, Communicator& world) {
   }
   const TrainConfig config = load_train_config(config_path, overrides);
   install_stop_signal_handlers();
-  const int code = run_training(config, world);
+  const int code = run_training(config, world, test_hooks_from_environment(world.rank()));
   // The loss curve beside metrics.jsonl, as `ulysses plot` draws it (rank 0; a failure only warns).
   if (world.rank() == 0) {
     const std::string metrics = config.out_dir + "/metrics.jsonl", png = config.out_dir + "/loss.png";

@@ -55,12 +55,14 @@ json run_fingerprint(const TrainConfig& c, const ModelConfig& m, const Checkpoin
   // The ring degree and the token layout change which rank holds which tokens and the
   // order of the sums: not the maths, but the bits a resume promises. Written only when
   // not the default, so checkpoints from before they existed still match a plain run.
-  if (c.sp_ring != 1) mesh_json["sp_ring"] = c.sp_ring;
-  if (c.zigzag) mesh_json["zigzag"] = true;
+  if (c.engine.ring != 1) mesh_json["sp_ring"] = c.engine.ring;
+  if (c.engine.zigzag) mesh_json["zigzag"] = true;
   return {{"model", model},
           {"data", data},
           {"mesh", mesh_json},
-          {"precision", {{"backend", c.backend}, {"dtype", c.backend == "cpu" ? std::string("fp32") : c.dtype}}},
+          {"precision",
+           {{"backend", backend_kind_name(c.engine.backend)},
+            {"dtype", c.engine.act_dtype == DType::F32 ? "fp32" : "bf16"}}},
           {"training",
            {{"batch_size", cfg["batch_size"]},
             {"grad_accum", cfg["grad_accum"]},

@@ -319,6 +319,46 @@ void resolve_min_lr(nlohmann::json& optimizer) {
     optimizer["min_lr"] = decimal_tenth(optimizer["lr"].get<double>());
 }
 
+// The engine's keys, typed (strings to enums, each checked against its choices).
+EngineConfig engine_config_of(const nlohmann::json& cfg, const std::string& src) {
+  const auto choice = [&](const char* key, std::initializer_list<const char*> allowed) {
+    const std::string v = cfg[key];
+    for (const char* a : allowed)
+      if (v == a) return v;
+    std::string list;
+    for (const char* a : allowed) list += (list.empty() ? "" : " or ") + std::string(a);
+    ULY_FAIL(src << ": '" << key << "' must be " << list << ", got '" << v << "'");
+  };
+  EngineConfig e;
+  e.spelling = OptionSpelling::TrainKeys;
+  e.backend = choice("backend", {"cpu", "cuda"}) == "cuda" ? BackendKind::Cuda : BackendKind::Cpu;
+  // The cpu backend is the fp32 reference whatever 'dtype' says.
+  const bool fp32 = choice("dtype", {"bf16", "fp32"}) == "fp32";
+  e.act_dtype = e.backend == BackendKind::Cpu || fp32 ? DType::F32 : DType::BF16;
+  e.comm = choice("comm", {"mpi", "nccl"}) == "nccl" ? CommKind::Nccl : CommKind::Mpi;
+  e.sp = cfg["sp"];
+  e.ring = cfg["sp_ring"];
+  e.zigzag = cfg["zigzag"];
+  e.zero = cfg["zero"];
+  e.offload_optimizer = cfg["offload_optimizer"];
+  const auto& m = cfg["memory"];
+  StepOptions& o = e.memory;
+  o.grad_dtype = choice("grad_dtype", {"float32", "bfloat16"}) == "bfloat16" ? DType::BF16 : DType::F32;
+  o.mlp_tiles = m["tiled_mlp"];
+  o.loss_tile_tokens = m["tiled_loss"];
+  o.checkpoint = m["checkpoint"];
+  o.offload_layers = m["offload_checkpoints"];
+  if (o.offload_layers != 0) o.checkpoint = true;
+  o.checkpoint_every = m["checkpoint_every"];
+  if (o.checkpoint_every > 1) o.checkpoint = true;
+  o.head_chunks = m["head_chunks"];
+  const bool keep = m["keep_attention"];
+  ULY_CHECK(!keep || o.checkpoint,
+            src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
+  e.keep_attention = keep ? KeepAttention::On : KeepAttention::Off;
+  return e;
+}
+
 }  // namespace
 
 std::string train_config_defaults_yaml() { return kDefaultsYaml; }
@@ -405,31 +445,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.save_dtype = cfg["save_dtype"];
   c.keep_last = cfg["keep_last"];
   c.tokenizer = cfg["tokenizer"];
-  c.sp = cfg["sp"];
-  c.sp_ring = cfg["sp_ring"];
-  c.zigzag = cfg["zigzag"];
-  c.backend = cfg["backend"];
-  c.dtype = cfg["dtype"];
-  c.comm = cfg["comm"];
-  c.zero = cfg["zero"];
-  c.offload_optimizer = cfg["offload_optimizer"];
-  const std::string grad_dtype = cfg["grad_dtype"];
-  ULY_CHECK(grad_dtype == "float32" || grad_dtype == "bfloat16",
-            (path.empty() ? std::string("train config") : path)
-                << ": 'grad_dtype' must be float32 or bfloat16, got '" << grad_dtype << "'");
-  const auto& m = cfg["memory"];
-  c.memory.mlp_tiles = m["tiled_mlp"];
-  c.memory.loss_tile_tokens = m["tiled_loss"];
-  c.memory.checkpoint = m["checkpoint"];
-  c.memory.offload_layers = m["offload_checkpoints"];
-  if (c.memory.offload_layers != 0) c.memory.checkpoint = true;
-  c.memory.keep_attention = m["keep_attention"];
-  c.memory.checkpoint_every = m["checkpoint_every"];
-  if (c.memory.checkpoint_every > 1) c.memory.checkpoint = true;
-  c.memory.head_chunks = m["head_chunks"];
-  c.memory.grad_dtype = grad_dtype == "bfloat16" ? DType::BF16 : DType::F32;
-
   const std::string src = path.empty() ? std::string("train config") : path;
+  c.engine = engine_config_of(cfg, src);
   ULY_CHECK(!c.model.empty() || !c.model_config.empty(),
             src << ": give 'model' (a Hugging Face folder) or 'model_config' (a named shape or config.json)");
   ULY_CHECK(c.model.empty() || c.model_config.empty(), src << ": give either 'model' or 'model_config', not both");
@@ -443,8 +460,6 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   ULY_CHECK(c.min_lr <= c.lr, src << ": optimizer.min_lr " << c.min_lr << " is above optimizer.lr " << c.lr
                                   << " (the schedule would climb after the warm-up); lower min_lr, or leave it "
                                      "out for 0.1 x lr");
-  ULY_CHECK(!c.memory.keep_attention || c.memory.checkpoint,
-            src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
   return c;
 }
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/llama.h"
+#include "train/engine.h"
 
 namespace ulysses {
 
@@ -53,16 +53,10 @@ struct TrainConfig {
   int64_t keep_last = 0;                // > 0: only the newest N checkpoints are kept
   std::string tokenizer;                // folder of tokenizer files for the checkpoints (default: model's or data's)
 
-  int sp = 0;  // 0 = all ranks in one sequence-parallel group
-  int sp_ring = 1;      // ring-attention degree inside the sequence-parallel group (parallel/mesh.h)
-  bool zigzag = false;  // zigzag token layout over the ring (parallel/token_layout.h)
-  std::string backend = "cpu";
-  std::string dtype = "bf16";  // on cuda: bf16 | fp32
-  std::string comm = "mpi";    // mpi | nccl (see parallel/step_communicator.h)
-  int zero = 0;                // ZeRO stage over all ranks: 1 shards the AdamW state (train/optimizer.h), 2 the
-                               // gradients too, 3 the weights too (model/parameter_store.h)
-  bool offload_optimizer = false;  // AdamW state in pinned host memory, the update on the CPU
-  StepOptions memory;
+  // backend, dtype, comm, sp, sp_ring, zigzag, zero, offload_optimizer, grad_dtype, memory.*: the
+  // engine (train/engine.h); ZeRO stage 1 shards the AdamW state (train/optimizer.h), 2 the
+  // gradients too, 3 the weights too (model/parameter_store.h).
+  EngineConfig engine;
 
   nlohmann::json as_json;  // the effective configuration, for the run folder
 };

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 #include "comm/launch_env.h"
 #include "core/log.h"
@@ -22,6 +23,7 @@
 #include "parallel/step_communicator.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
+#include "train/engine.h"
 #include "train/fingerprint.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
@@ -139,14 +141,6 @@ std::string describe_parameters(const std::vector<std::string>& names) {
   return os.str();
 }
 
-// Fault injection: a NaN in the first gradient element, as a diverging step would leave.
-void poison_one_gradient(LlamaWeights& weights, Backend& backend) {
-  Parameter& p = weights.params().front();
-  float nan = std::numeric_limits<float>::quiet_NaN();
-  Tensor first = p.grad.reshape({p.grad.numel()}).slice(0, 1);
-  backend.copy(first, Tensor::borrow(&nan, {1}, DType::F32));
-}
-
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -154,69 +148,80 @@ void install_stop_signal_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-int run_training(const TrainConfig& cfg, Communicator& world) {
-  ULY_CHECK(cfg.backend == "cpu" || cfg.backend == "cuda", "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
-  ULY_CHECK(cfg.dtype == "bf16" || cfg.dtype == "fp32", "train: unknown dtype '" << cfg.dtype << "' (bf16 or fp32)");
-  std::unique_ptr<Backend> backend =
-      cfg.backend == "cuda"
-          ? make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world.rank())),
-                              cfg.dtype == "fp32" ? DType::F32 : DType::BF16)
-          : make_cpu_backend();
-  StepCommunicator comm(world, *backend, cfg.comm);
-  ProcessMesh mesh(comm.get(), cfg.sp, cfg.sp_ring, cfg.zigzag);
-  const ModelConfig mc = model_config_for(cfg);
-  ULY_CHECK(cfg.seq_len % mesh.sp_size() == 0,
-            "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
-                            << "; choose a multiple of " << mesh.sp_size());
-  if (mesh.zigzag()) mesh.layout().check_length(cfg.seq_len, "data.seq_len");
-  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, mesh.ulysses_size(), cfg.seq_len);
-  ULY_CHECK(cfg.batch_size % mesh.dp_size() == 0,
-            "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << mesh.dp_size()
-                          << " data-parallel groups; choose a multiple of " << mesh.dp_size());
+struct Trainer::State {
+  State(const TrainConfig& c, Communicator& w, TrainerHooks h)
+      : cfg(c), world(w), hooks(std::move(h)), engine(c.engine, w), mc(model_config_for(c)), rank0(w.rank() == 0),
+        out_dir(c.out_dir), metrics_path(out_dir / "metrics.jsonl"), rows(c.batch_size * c.grad_accum) {}
 
-  check_tokens_fit_host("train: a step", cfg.batch_size * cfg.grad_accum / mesh.dp_size() * cfg.seq_len,
-                        host_memory_available());
-  PlanRequest plan;
-  plan.config = mc;
-  plan.seq_len = cfg.seq_len;
-  plan.sp = mesh.sp_size();
-  plan.ring = mesh.ring_size();
-  plan.zigzag = mesh.zigzag();
-  plan.options = cfg.memory;
-  plan.act_dtype = backend->act_dtype();
-  plan.device = backend->device();
-  plan.optimizer = true;
-  plan.optimizer_shards = cfg.zero >= 1 ? world.size() : 1;
-  plan.gradient_shards = cfg.zero >= 2 ? world.size() : 1;
-  plan.weight_shards = cfg.zero >= 3 ? world.size() : 1;
-  plan.optimizer_offload = cfg.offload_optimizer;
-  plan.documents = std::min<int64_t>(2, cfg.seq_len);  // rows pack documents: plan the variable-length attention
-  plan.runtime = backend.get();
-  const MemorySnapshot planned = plan_step_memory(plan);
-  check_plan_fits(plan, planned, backend->device_memory_available(), host_memory_available(),
-                  OptionSpelling::TrainKeys);
-  backend->reserve_memory(planned.device.peak, planned.host.peak);
-
-  const bool rank0 = world.rank() == 0;
-  const fs::path out_dir = cfg.out_dir;
+  const TrainConfig& cfg;
+  Communicator& world;
+  TrainerHooks hooks;
+  Engine engine;
+  const ModelConfig mc;
+  const bool rank0;
+  const fs::path out_dir, metrics_path;
+  const int64_t rows;  // sequences per optimizer step
+  MemorySnapshot planned;
   std::unique_ptr<RunLock> lock;
+  std::unique_ptr<ModelFolder> folder;
+  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<BatchSource> train, val;
+  CheckpointMesh this_mesh;
+  nlohmann::json fingerprint;
+  std::vector<std::string> asset_dirs;
+  std::unique_ptr<AppendFile> metrics;
+  std::unique_ptr<EventFileWriter> events;  // the same figures for TensorBoard
+  StepFlops flops;
+  int64_t start_step = 0, nonfinite_steps = 0;
+  std::chrono::steady_clock::time_point t_start;
+
+  Backend& backend() { return engine.backend(); }
+  ProcessMesh& mesh() { return engine.mesh(); }
+
+  void check_shapes();
+  void plan_memory();
+  void open_run_folder();
+  void load_model_and_optimizer();
+  void open_data();
+  void announce();
+  void open_logs();
+  void save_optimizer_shards(int64_t step);
+  bool skip_nonfinite(int64_t step, const StepResult& r, const AdamW::StepInfo& info);
+  void log_step(int64_t step, const StepResult& r, const AdamW::StepInfo& info, double dt);
+};
+
+// The shapes the mesh must divide, before anything is planned or allocated.
+void Trainer::State::check_shapes() {
+  ProcessMesh& m = mesh();
+  ULY_CHECK(cfg.seq_len % m.sp_size() == 0,
+            "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << m.sp_size()
+                            << "; choose a multiple of " << m.sp_size());
+  if (m.zigzag()) m.layout().check_length(cfg.seq_len, "data.seq_len");
+  check_ulysses_degree(mc.num_attention_heads, mc.num_key_value_heads, m.ulysses_size(), cfg.seq_len);
+  ULY_CHECK(cfg.batch_size % m.dp_size() == 0,
+            "batch_size " << cfg.batch_size << " cannot be dealt evenly to " << m.dp_size()
+                          << " data-parallel groups; choose a multiple of " << m.dp_size());
+  check_tokens_fit_host("train: a step", cfg.batch_size * cfg.grad_accum / m.dp_size() * cfg.seq_len,
+                        host_memory_available());
+}
+
+void Trainer::State::plan_memory() {
+  // Rows pack documents: plan the variable-length attention.
+  planned = engine.prepare_memory(mc, cfg.seq_len, std::min<int64_t>(2, cfg.seq_len));
+}
+
+void Trainer::State::open_run_folder() {
   if (rank0) {
     fs::create_directories(out_dir);
     lock = std::make_unique<RunLock>(cfg.out_dir);
     check_fresh_out_dir(cfg.out_dir, cfg.resume, cfg.overwrite);
   }
   world.barrier();
+}
 
-  // ZeRO stages 2 and 3: the gradients (and at 3 the weights) sharded over the world as the
-  // optimizer's state is.
-  LlamaWeights weights(mc, cfg.memory.grad_dtype, zero_sharding(mesh.world(), cfg.zero));
-  std::unique_ptr<ModelFolder> folder;
-  if (!cfg.model.empty()) {
-    folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));
-    weights.load(*folder, *backend);
-  } else {
-    weights.init_random(*backend, cfg.init_seed);
-  }
+void Trainer::State::load_model_and_optimizer() {
+  if (!cfg.model.empty()) folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));
+  LlamaWeights& weights = engine.load_weights(mc, folder.get(), cfg.init_seed);
   OptimizerConfig oc;
   oc.lr = cfg.lr;
   oc.min_lr = cfg.min_lr;
@@ -227,14 +232,16 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   oc.beta2 = cfg.beta2;
   oc.eps = cfg.eps;
   oc.grad_clip = cfg.grad_clip;
-  AdamW optimizer(weights, *backend, oc, {cfg.zero >= 1 ? &mesh.world() : nullptr, cfg.offload_optimizer});
-  if (folder) optimizer.load_master(*folder);
+  const EngineConfig& e = cfg.engine;
+  optimizer = std::make_unique<AdamW>(weights, backend(), oc,
+                                      OptimizerPlacement{e.zero >= 1 ? &mesh().world() : nullptr, e.offload_optimizer});
+  if (folder) optimizer->load_master(*folder);
+}
 
-  const MeshPosition where{mesh.dp_rank(), mesh.dp_size(), mesh.sp_rank(), mesh.sp_size(), mesh.ring_size(),
-                           mesh.zigzag()};
-  auto train =
-      open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
-  std::unique_ptr<BatchSource> val;
+void Trainer::State::open_data() {
+  ProcessMesh& m = mesh();
+  const MeshPosition where{m.dp_rank(), m.dp_size(), m.sp_rank(), m.sp_size(), m.ring_size(), m.zigzag()};
+  train = open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
   if (cfg.eval_every > 0) {
     const std::string val_path = cfg.val_data.empty() ? cfg.train_data : cfg.val_data;
     try {
@@ -247,239 +254,276 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     ULY_WARN("data.seq_len " << cfg.seq_len << " is above the model's max_position_embeddings ("
                              << mc.max_position_embeddings << "): positions beyond it were never trained; "
                              << "extend the RoPE (rope_scaling) in config.json for long-context training");
+  this_mesh = CheckpointMesh{m.world_size(), m.sp_size(), m.dp_size()};
+  fingerprint = run_fingerprint(cfg, mc, this_mesh, {{"train", train->fingerprint()}});
+}
 
-  const CheckpointMesh this_mesh{mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
-  const nlohmann::json fingerprint = run_fingerprint(cfg, mc, this_mesh, {{"train", train->fingerprint()}});
-  int64_t start_step = 0;
-  const fs::path metrics_path = out_dir / "metrics.jsonl";
-  if (cfg.resume) {
-    const auto ckpt = latest_checkpoint(cfg.out_dir);
-    ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (out_dir / "checkpoints").string()
-                                                            << " holds no complete checkpoint");
-    const TrainerState st = read_trainer_state(*ckpt);
-    // The checkpoint holds whole tensors (or the state in blocks of known layout) and a global data
-    // position, so any mesh can take it up; only the order of the sums changes, which is why it
-    // takes reshard=true.
-    const auto mesh_of = [](const nlohmann::json& f) {
-      return f.is_object() && f.contains("mesh") ? f.at("mesh") : nlohmann::json();
-    };
-    const bool same_mesh = st.mesh.world == mesh.world_size() && st.mesh.sp == mesh.sp_size() &&
-                           (st.fingerprint.is_null() || mesh_of(st.fingerprint) == mesh_of(fingerprint));
-    ULY_CHECK(same_mesh || cfg.reshard,
-              *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << ") and this run has "
-                    << mesh.world_size() << " ranks (sp " << mesh.sp_size() << ", " << mesh.describe()
-                    << "): resume on the same mesh for a bit-exact continuation, or add reshard=true to continue "
-                       "on this one (the same maths, summed in another order)");
-    if (!same_mesh && rank0)
-      ULY_WARN("resuming " << *ckpt << " (" << st.mesh.world << " ranks, sp " << st.mesh.sp << ") on "
-                           << mesh.describe() << ": the following steps equal the original run's up to the order "
-                           << "of sums, not bit for bit");
-    if (st.fingerprint.is_null())
-      ULY_WARN(*ckpt << " records no fingerprint (written by an older version): the model, data and settings "
-                        "cannot be checked against it");
-    else
-      check_resume_fingerprint(st.fingerprint, fingerprint, *ckpt, /*ignore_mesh=*/!same_mesh);
-    if (st.optimizer_shards > 0) optimizer.load_shards(*ckpt, st.optimizer_shards, st.step);
-    else optimizer.load_state(*ckpt + "/optimizer.safetensors", st.step);
-    train->restore(st.loader);
-    start_step = st.step;
-    if (rank0) {
-      truncate_metrics(metrics_path, start_step);
-      ULY_INFO("resumed from " << *ckpt << " at step " << start_step);
+Trainer::Trainer(const TrainConfig& config, Communicator& world, TrainerHooks hooks)
+    : s_(std::make_unique<State>(config, world, std::move(hooks))) {
+  s_->check_shapes();
+  s_->plan_memory();
+  s_->open_run_folder();
+  s_->load_model_and_optimizer();
+  s_->open_data();
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::resume() {
+  State& s = *s_;
+  const TrainConfig& cfg = s.cfg;
+  if (!cfg.resume) {
+    if (s.rank0) {
+      write_file_atomic(s.metrics_path.string(), "");
+      remove_event_files(cfg.out_dir);  // a fresh run's TensorBoard shows only itself
     }
-  } else if (rank0) {
-    write_file_atomic(metrics_path.string(), "");
-    remove_event_files(cfg.out_dir);  // a fresh run's TensorBoard shows only itself
+    s.start_step = 0;
+    return 0;
   }
+  const auto ckpt = latest_checkpoint(cfg.out_dir);
+  ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (s.out_dir / "checkpoints").string()
+                                                          << " holds no complete checkpoint");
+  const TrainerState st = read_trainer_state(*ckpt);
+  // The checkpoint holds whole tensors (or the state in blocks of known layout) and a global data
+  // position, so any mesh can take it up; only the order of the sums changes, which is why it
+  // takes reshard=true.
+  const auto mesh_of = [](const nlohmann::json& f) {
+    return f.is_object() && f.contains("mesh") ? f.at("mesh") : nlohmann::json();
+  };
+  ProcessMesh& mesh = s.mesh();
+  const bool same_mesh = st.mesh.world == mesh.world_size() && st.mesh.sp == mesh.sp_size() &&
+                         (st.fingerprint.is_null() || mesh_of(st.fingerprint) == mesh_of(s.fingerprint));
+  ULY_CHECK(same_mesh || cfg.reshard,
+            *ckpt << " was written on " << st.mesh.world << " ranks (sp " << st.mesh.sp << ") and this run has "
+                  << mesh.world_size() << " ranks (sp " << mesh.sp_size() << ", " << mesh.describe()
+                  << "): resume on the same mesh for a bit-exact continuation, or add reshard=true to continue "
+                     "on this one (the same maths, summed in another order)");
+  if (!same_mesh && s.rank0)
+    ULY_WARN("resuming " << *ckpt << " (" << st.mesh.world << " ranks, sp " << st.mesh.sp << ") on "
+                         << mesh.describe() << ": the following steps equal the original run's up to the order "
+                         << "of sums, not bit for bit");
+  if (st.fingerprint.is_null())
+    ULY_WARN(*ckpt << " records no fingerprint (written by an older version): the model, data and settings "
+                      "cannot be checked against it");
+  else
+    check_resume_fingerprint(st.fingerprint, s.fingerprint, *ckpt, /*ignore_mesh=*/!same_mesh);
+  if (st.optimizer_shards > 0) s.optimizer->load_shards(*ckpt, st.optimizer_shards, st.step);
+  else s.optimizer->load_state(*ckpt + "/optimizer.safetensors", st.step);
+  s.train->restore(st.loader);
+  s.start_step = st.step;
+  if (s.rank0) {
+    truncate_metrics(s.metrics_path, s.start_step);
+    ULY_INFO("resumed from " << *ckpt << " at step " << s.start_step);
+  }
+  return s.start_step;
+}
+
+void Trainer::State::announce() {
+  const EngineConfig& e = cfg.engine;
+  ULY_INFO("train: " << mesh().describe() << ", backend " << backend().name() << ", "
+                     << engine.weights().num_elements() << " parameters, " << rows << " x " << cfg.seq_len
+                     << " tokens per step, " << cfg.steps << " steps, data " << train->describe());
+  if (!rank0 || (optimizer->shards() <= 1 && !e.offload_optimizer)) return;
+  std::string sharding;
+  if (optimizer->shards() > 1)
+    sharding = " (ZeRO stage " + std::to_string(e.zero) + ": 1/" + std::to_string(optimizer->shards()) + " of it" +
+               (e.zero >= 3   ? ", of the gradients and of the weights)"
+                : e.zero == 2 ? ", and of the gradients)"
+                              : ")");
+  ULY_INFO("train: AdamW state " << format_bytes(planned.peak(e.offload_optimizer ? Pool::HostOptimizer
+                                                                                  : Pool::Optimizer))
+                                 << " per rank" << sharding
+                                 << (e.offload_optimizer ? ", in pinned host memory, updated on the CPU"
+                                                         : ", on the device"));
+}
+
+void Trainer::State::open_logs() {
   if (rank0) write_file_atomic((out_dir / "config.json").string(), cfg.as_json.dump(2) + "\n");
-
-  LlamaModel model(weights, *backend, mesh, cfg.memory);
-  const int64_t rows = cfg.batch_size * cfg.grad_accum;
-  const bool recompute = cfg.memory.checkpoint;
-  const StepFlops flops = step_flops(mc, std::vector<int64_t>(rows, cfg.seq_len), recompute);
-  const bool on_gpu = backend->device() == Device::CUDA;
-  ULY_INFO("train: " << mesh.describe() << ", backend " << backend->name() << ", " << weights.num_elements()
-                     << " parameters, " << rows << " x " << cfg.seq_len << " tokens per step, " << cfg.steps
-                     << " steps, data " << train->describe());
-  if (rank0 && (optimizer.shards() > 1 || cfg.offload_optimizer))
-    ULY_INFO("train: AdamW state " << format_bytes(planned.peak(cfg.offload_optimizer ? Pool::HostOptimizer
-                                                                                        : Pool::Optimizer))
-                                   << " per rank"
-                                   << (optimizer.shards() > 1
-                                           ? " (ZeRO stage " + std::to_string(cfg.zero) + ": 1/" +
-                                                 std::to_string(optimizer.shards()) + " of it" +
-                                                 (cfg.zero >= 3   ? ", of the gradients and of the weights)"
-                                                  : cfg.zero == 2 ? ", and of the gradients)"
-                                                                  : ")")
-                                           : std::string())
-                                   << (cfg.offload_optimizer ? ", in pinned host memory, updated on the CPU"
-                                                             : ", on the device"));
-
-  const std::vector<std::string> asset_dirs = checkpoint_asset_dirs(cfg);
-  std::unique_ptr<AppendFile> metrics;
+  asset_dirs = checkpoint_asset_dirs(cfg);
   if (rank0) metrics = std::make_unique<AppendFile>(metrics_path.string());
-  std::unique_ptr<EventFileWriter> events;  // the same figures for TensorBoard
   if (rank0 && cfg.tensorboard) {
     events = std::make_unique<EventFileWriter>(cfg.out_dir);
     if (start_step > 0) events->session_start(start_step + 1);  // older files' later steps are superseded
   }
-  auto save = [&](int64_t step) {
-    // Sharded state: each rank writes its own file into the staging folder (no rank gathers the
-    // state); only the masters are gathered, for the model folder.
-    const bool sharded = optimizer.shards() > 1;
-    if (sharded) {
-      if (rank0) prepare_checkpoint_dir(cfg.out_dir, step);
-      world.barrier();
-      std::string failure;
-      try {
-        optimizer.save_shard(
-            optimizer_shard_file(checkpoint_staging_dir(cfg.out_dir, step), world.rank(), optimizer.shards()));
-      } catch (const Error& e) {
-        failure = e.message();
-      }
-      int64_t failed = failure.empty() ? 0 : 1, any = 0;
-      world.all_reduce(&failed, &any, 1, DType::I64, ReduceOp::Max);
-      if (any) {
-        if (rank0) abandon_checkpoint(cfg.out_dir, step);
-        ULY_FAIL("saving the checkpoint of step "
-                 << step << " failed: "
-                 << (failure.empty() ? "another rank could not write its optimizer shard" : failure)
-                 << "; the previous checkpoint is untouched");
-      }
-    }
-    const OptimizerSnapshot snapshot = optimizer.snapshot(rank0, /*masters_only=*/sharded);  // collective if sharded
-    if (rank0) {
-      metrics->sync();  // the metrics up to a checkpoint are on disk before it is
-      if (events) events->sync();
-      TrainerState st;
-      st.step = step;
-      st.loader = train->state();
-      st.mesh = this_mesh;
-      st.config = cfg.as_json;
-      st.fingerprint = fingerprint;
-      st.optimizer_shards = sharded ? optimizer.shards() : 0;
-      CheckpointSaveOptions so;
-      so.sharded_optimizer = sharded;
-      so.dtype = save_dtype_of(cfg.save_dtype);
-      so.asset_dirs = asset_dirs;
-      so.keep_last = cfg.keep_last;
-      const std::string dir = save_checkpoint(cfg.out_dir, mc, snapshot, st, so);
-      ULY_INFO("checkpoint: " << dir);
-    }
-    world.barrier();
-  };
+}
 
-  const auto t_start = std::chrono::steady_clock::now();
-  double tokens_seen = 0;
-  int exit_code = 0;
-  int64_t nonfinite_steps = 0;
-  for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    weights.zero_grads(*backend);
-    const std::vector<SequenceShard> shards = train->next(rows);
-    backend->pools().reset_peaks();
-    const StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, shards);
-    if (const char* at = std::getenv("ULYSSES_TEST_NONFINITE_AT_STEP"))  // fault injection for the non-finite tests
-      if (std::atoll(at) == step) poison_one_gradient(weights, *backend);
-    // Loss and gradients are the same on every rank (reduced), so every rank decides alike.
-    AdamW::StepInfo info;
-    if (std::isfinite(r.loss)) {
-      info = optimizer.step();
-    } else {
-      info.applied = false;
-      info.grad_norm = std::numeric_limits<double>::quiet_NaN();
-    }
-    if (!info.applied) {
-      ++nonfinite_steps;
-      std::ostringstream what;
-      const double bad_value = std::isfinite(r.loss) ? info.grad_norm : r.loss;
-      what << "step " << step << ": " << (std::isfinite(r.loss) ? "the gradient norm" : "the loss") << " is "
-           << (std::isnan(bad_value) ? std::string("NaN") : bad_value > 0 ? "inf" : "-inf") << " (non-finite gradients: "
-           << describe_parameters(optimizer.nonfinite_gradients()) << ")";
-      if (nonfinite_steps > cfg.skip_nonfinite) {
-        const auto last = latest_checkpoint(cfg.out_dir);
-        ULY_FAIL(what.str() << "; the run stops without applying it or saving a checkpoint from it; "
-                            << (last ? "the last good checkpoint is " + *last : std::string("no checkpoint was written"))
-                            << " (skip_nonfinite: " << cfg.skip_nonfinite
-                            << " such steps may be skipped; a lower lr or a stricter grad_clip may help)");
-      }
-      ULY_WARN(what.str() << "; the update is skipped (" << nonfinite_steps << " of skip_nonfinite "
-                          << cfg.skip_nonfinite << ")");
-    }
-    backend->synchronize();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_seen += static_cast<double>(r.tokens);
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
-    const double tflops = flops.alst / dt / world.size() / 1e12;
-    const double mfu = flops.useful / dt / world.size() / kH100PeakBf16Flops;
-    const size_t peak = backend->pools().device().peak;
-    if (rank0) {
-      nlohmann::json m = {{"step", step},          {"loss", finite_or_null(r.loss)},   {"lr", info.lr},
-                          {"grad_norm", finite_or_null(info.grad_norm)}, {"tokens", r.tokens},
-                          {"targets", r.valid_targets},
-                          {"tokens_per_s", r.tokens / dt},
-                          {"tflops", tflops},      {"step_time_s", dt}, {"peak_device_bytes", peak},
-                          {"elapsed_s", elapsed},  {"eta_s", eta}};
-      if (on_gpu) m["mfu"] = mfu;
-      if (!info.applied) m["skipped_nonfinite"] = true;
-      metrics->append(m.dump() + "\n");
-      if (events) {
-        std::vector<std::pair<std::string, double>> scalars = {
-            {"train/loss", r.loss}, {"train/lr", info.lr}, {"train/grad_norm", info.grad_norm},
-            {"train/tokens_per_s", r.tokens / dt}, {"train/tflops", tflops}};
-        if (on_gpu) scalars.emplace_back("train/mfu", mfu);
-        events->scalars(step, scalars);
-      }
-      if (step % cfg.log_every == 0 || step == cfg.steps) {
-        char mfu_text[16] = "-";
-        if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
-        char line[320];
-        std::snprintf(line, sizeof line,
-                      "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.3f TFLOPS | MFU %s | mem %s "
-                      "| ETA %s",
-                      static_cast<long long>(step), static_cast<long long>(cfg.steps), r.loss, info.lr,
-                      info.grad_norm, r.tokens / dt, tflops,
-                      mfu_text,
-                      format_bytes(peak).c_str(), format_duration(eta).c_str());
-        std::cout << line << std::endl;
-      }
-    }
-    if (val && (step % cfg.eval_every == 0 || step == cfg.steps)) {
-      val->restore(nlohmann::json());  // the same held-out batches every time
-      double loss_sum = 0;
-      int64_t count = 0;
-      for (int64_t i = 0; i < cfg.eval_batches; ++i) {
-        const StepResult e = compute_loss(model, *backend, mesh, val->next(cfg.batch_size));
-        loss_sum += e.loss_sum;
-        count += e.valid_targets;
-      }
-      const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
-      if (rank0) {
-        metrics->append(nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() + "\n");
-        if (events) events->scalars(step, {{"eval/loss", eval_loss}});
-        std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
-      }
-    }
+// Sharded state: each rank writes its own file into the staging folder (no rank gathers the
+// state); a failure on any rank abandons the checkpoint on all.
+void Trainer::State::save_optimizer_shards(int64_t step) {
+  if (rank0) prepare_checkpoint_dir(cfg.out_dir, step);
+  world.barrier();
+  std::string failure;
+  try {
+    optimizer->save_shard(
+        optimizer_shard_file(checkpoint_staging_dir(cfg.out_dir, step), world.rank(), optimizer->shards()));
+  } catch (const Error& e) {
+    failure = e.message();
+  }
+  int64_t failed = failure.empty() ? 0 : 1, any = 0;
+  world.all_reduce(&failed, &any, 1, DType::I64, ReduceOp::Max);
+  if (!any) return;
+  if (rank0) abandon_checkpoint(cfg.out_dir, step);
+  ULY_FAIL("saving the checkpoint of step " << step << " failed: "
+                                            << (failure.empty() ? "another rank could not write its optimizer shard"
+                                                                : failure)
+                                            << "; the previous checkpoint is untouched");
+}
+
+void Trainer::save(int64_t step) {
+  State& s = *s_;
+  // Only the masters are gathered, for the model folder, when the state is sharded.
+  const bool sharded = s.optimizer->shards() > 1;
+  if (sharded) s.save_optimizer_shards(step);
+  const OptimizerSnapshot snapshot = s.optimizer->snapshot(s.rank0, /*masters_only=*/sharded);  // collective if sharded
+  if (s.rank0) {
+    s.metrics->sync();  // the metrics up to a checkpoint are on disk before it is
+    if (s.events) s.events->sync();
+    TrainerState st;
+    st.step = step;
+    st.loader = s.train->state();
+    st.mesh = s.this_mesh;
+    st.config = s.cfg.as_json;
+    st.fingerprint = s.fingerprint;
+    st.optimizer_shards = sharded ? s.optimizer->shards() : 0;
+    CheckpointSaveOptions so;
+    so.sharded_optimizer = sharded;
+    so.dtype = save_dtype_of(s.cfg.save_dtype);
+    so.asset_dirs = s.asset_dirs;
+    so.keep_last = s.cfg.keep_last;
+    const std::string dir = save_checkpoint(s.cfg.out_dir, s.mc, snapshot, st, so);
+    ULY_INFO("checkpoint: " << dir);
+  }
+  s.world.barrier();
+}
+
+// Whether the update was skipped for a non-finite loss or gradient norm; past skip_nonfinite such
+// steps the run stops, naming the last good checkpoint.
+bool Trainer::State::skip_nonfinite(int64_t step, const StepResult& r, const AdamW::StepInfo& info) {
+  if (info.applied) return false;
+  ++nonfinite_steps;
+  std::ostringstream what;
+  const double bad_value = std::isfinite(r.loss) ? info.grad_norm : r.loss;
+  what << "step " << step << ": " << (std::isfinite(r.loss) ? "the gradient norm" : "the loss") << " is "
+       << (std::isnan(bad_value) ? std::string("NaN") : bad_value > 0 ? "inf" : "-inf") << " (non-finite gradients: "
+       << describe_parameters(optimizer->nonfinite_gradients()) << ")";
+  if (nonfinite_steps > cfg.skip_nonfinite) {
+    const auto last = latest_checkpoint(cfg.out_dir);
+    ULY_FAIL(what.str() << "; the run stops without applying it or saving a checkpoint from it; "
+                        << (last ? "the last good checkpoint is " + *last : std::string("no checkpoint was written"))
+                        << " (skip_nonfinite: " << cfg.skip_nonfinite
+                        << " such steps may be skipped; a lower lr or a stricter grad_clip may help)");
+  }
+  ULY_WARN(what.str() << "; the update is skipped (" << nonfinite_steps << " of skip_nonfinite " << cfg.skip_nonfinite
+                      << ")");
+  return true;
+}
+
+void Trainer::State::log_step(int64_t step, const StepResult& r, const AdamW::StepInfo& info, double dt) {
+  const bool on_gpu = backend().device() == Device::CUDA;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
+  const double tflops = flops.alst / dt / world.size() / 1e12;
+  const double mfu = flops.useful / dt / world.size() / kH100PeakBf16Flops;
+  const size_t peak = backend().pools().device().peak;
+  if (!rank0) return;
+  nlohmann::json m = {{"step", step},          {"loss", finite_or_null(r.loss)},   {"lr", info.lr},
+                      {"grad_norm", finite_or_null(info.grad_norm)}, {"tokens", r.tokens},
+                      {"targets", r.valid_targets},
+                      {"tokens_per_s", r.tokens / dt},
+                      {"tflops", tflops},      {"step_time_s", dt}, {"peak_device_bytes", peak},
+                      {"elapsed_s", elapsed},  {"eta_s", eta}};
+  if (on_gpu) m["mfu"] = mfu;
+  if (!info.applied) m["skipped_nonfinite"] = true;
+  metrics->append(m.dump() + "\n");
+  if (events) {
+    std::vector<std::pair<std::string, double>> scalars = {
+        {"train/loss", r.loss}, {"train/lr", info.lr}, {"train/grad_norm", info.grad_norm},
+        {"train/tokens_per_s", r.tokens / dt}, {"train/tflops", tflops}};
+    if (on_gpu) scalars.emplace_back("train/mfu", mfu);
+    events->scalars(step, scalars);
+  }
+  if (step % cfg.log_every != 0 && step != cfg.steps) return;
+  char mfu_text[16] = "-";
+  if (on_gpu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.3f TFLOPS | MFU %s | mem %s "
+                "| ETA %s",
+                static_cast<long long>(step), static_cast<long long>(cfg.steps), r.loss, info.lr, info.grad_norm,
+                r.tokens / dt, tflops, mfu_text, format_bytes(peak).c_str(), format_duration(eta).c_str());
+  std::cout << line << std::endl;
+}
+
+void Trainer::step(int64_t step) {
+  State& s = *s_;
+  Backend& backend = s.backend();
+  LlamaWeights& weights = s.engine.weights();
+  const auto t0 = std::chrono::steady_clock::now();
+  weights.zero_grads(backend);
+  const std::vector<SequenceShard> shards = s.train->next(s.rows);
+  backend.pools().reset_peaks();
+  const StepResult r = compute_loss_and_grads(s.engine.model(), weights, backend, s.mesh(), shards);
+  if (s.hooks.after_backward) s.hooks.after_backward(step, weights, backend);
+  // Loss and gradients are the same on every rank (reduced), so every rank decides alike.
+  AdamW::StepInfo info;
+  if (std::isfinite(r.loss)) {
+    info = s.optimizer->step();
+  } else {
+    info.applied = false;
+    info.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  }
+  s.skip_nonfinite(step, r, info);
+  backend.synchronize();
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.log_step(step, r, info, dt);
+}
+
+void Trainer::evaluate(int64_t step) {
+  State& s = *s_;
+  s.val->restore(nlohmann::json());  // the same held-out batches every time
+  double loss_sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < s.cfg.eval_batches; ++i) {
+    const StepResult e = compute_loss(s.engine.model(), s.backend(), s.mesh(), s.val->next(s.cfg.batch_size));
+    loss_sum += e.loss_sum;
+    count += e.valid_targets;
+  }
+  const double eval_loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
+  if (!s.rank0) return;
+  s.metrics->append(nlohmann::json({{"step", step}, {"eval_loss", eval_loss}}).dump() + "\n");
+  if (s.events) s.events->scalars(step, {{"eval/loss", eval_loss}});
+  std::cout << "eval step " << step << " | loss " << eval_loss << std::endl;
+}
+
+int Trainer::run() {
+  State& s = *s_;
+  const TrainConfig& cfg = s.cfg;
+  const int64_t start = resume();
+  s.open_logs();
+  (void)s.engine.model();
+  s.flops = step_flops(s.mc, std::vector<int64_t>(s.rows, cfg.seq_len), cfg.engine.memory.checkpoint);
+  s.announce();
+  s.t_start = std::chrono::steady_clock::now();
+  for (int64_t n = start + 1; n <= cfg.steps; ++n) {
+    step(n);
+    if (s.val && (n % cfg.eval_every == 0 || n == cfg.steps)) evaluate(n);
     // All ranks agree on stopping, so none waits in a collective for another.
     int stop = g_stop_signal != 0, any_stop = 0;
-    world.all_reduce(&stop, &any_stop, 1, DType::I32, ReduceOp::Max);
-    const bool last = step == cfg.steps;
-    if (any_stop || last || (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0)) save(step);
-    // Fault injection for the resume and rank-failure tests: SIGKILL at this step, on every
-    // rank or only on ULYSSES_TEST_KILL_RANK (the others then block in the next collective).
-    if (const char* kill_at = std::getenv("ULYSSES_TEST_KILL_AT_STEP")) {
-      const char* kill_rank = std::getenv("ULYSSES_TEST_KILL_RANK");
-      if (std::atoll(kill_at) == step && (kill_rank == nullptr || std::atoi(kill_rank) == world.rank()))
-        std::raise(SIGKILL);
-    }
+    s.world.all_reduce(&stop, &any_stop, 1, DType::I32, ReduceOp::Max);
+    const bool last = n == cfg.steps;
+    if (any_stop || last || (cfg.checkpoint_every > 0 && n % cfg.checkpoint_every == 0)) save(n);
+    if (s.hooks.after_step) s.hooks.after_step(n);
     if (any_stop && !last) {
-      ULY_INFO("stopped by a signal at step " << step << "; resume with resume=true (a second signal stops at once)");
-      exit_code = 130;
-      break;
+      ULY_INFO("stopped by a signal at step " << n << "; resume with resume=true (a second signal stops at once)");
+      return 130;
     }
   }
-  return exit_code;
+  return 0;
+}
+
+int run_training(const TrainConfig& config, Communicator& world, TrainerHooks hooks) {
+  Trainer trainer(config, world, std::move(hooks));
+  return trainer.run();
 }
 
 }  // namespace ulysses

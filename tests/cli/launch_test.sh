@@ -19,8 +19,11 @@ if command -v torchrun > /dev/null 2>&1 && python3 -c "import torch" > /dev/null
   expect_error "torchrun --no-python: the refusal and the mpirun line" \
     "torchrun.*WORLD_SIZE=2.*launch with: mpirun --allow-run-as-root -np 2 .*ulysses train model_config=model.json" \
     timeout 100 torchrun --standalone --nproc-per-node 2 --no-python "$ULYSSES" train model_config=model.json data.train=data
-  [ "$(grep -o "launch with: mpirun" "$TMP/stderr" | wc -l)" -eq 2 ] && pass "torchrun: one refusal per process" \
-    || fail "torchrun: one refusal per process"
+  # torchrun stops the other worker as soon as one exits, so on a loaded machine the second may be
+  # stopped before it has printed: one or two refusals, never more (none repeated).
+  refusals=$(grep -o "launch with: mpirun" "$TMP/stderr" | wc -l)
+  [ "$refusals" -ge 1 ] && [ "$refusals" -le 2 ] && pass "torchrun: at most one refusal per process ($refusals)" \
+    || fail "torchrun: at most one refusal per process (got $refusals)"
 else
   echo "skip torchrun --no-python: torchrun or PyTorch is not installed"
 fi

@@ -1,0 +1,114 @@
+#include "train/engine.h"
+
+#include "comm/launch_env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/memory_pools.h"
+
+namespace ulysses {
+
+const char* backend_kind_name(BackendKind b) { return b == BackendKind::Cuda ? "cuda" : "cpu"; }
+const char* comm_kind_name(CommKind c) { return c == CommKind::Nccl ? "nccl" : "mpi"; }
+
+std::unique_ptr<Backend> make_backend(const EngineConfig& c, int world_rank) {
+  if (c.backend == BackendKind::Cpu) {
+    ULY_CHECK(c.act_dtype == DType::F32, "the cpu backend computes in fp32 only (it is the reference)");
+    return make_cpu_backend();
+  }
+  return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)), c.act_dtype);
+}
+
+PlanRequest make_plan_request(const EngineConfig& c, const ModelConfig& model, int64_t seq_len, int ranks,
+                              Device device, Backend* runtime) {
+  PlanRequest req;
+  req.config = model;
+  req.seq_len = seq_len;
+  req.sp = c.sp > 0 ? c.sp : ranks;
+  req.ring = c.ring;
+  req.zigzag = c.zigzag;
+  req.options = c.memory;
+  req.options.keep_attention = c.keep_attention == KeepAttention::On;
+  req.act_dtype = c.act_dtype;
+  req.device = device;
+  // ZeRO shards over every rank: the optimizer state from stage 1 (only where there is one),
+  // the gradients from 2, the weights from 3.
+  req.optimizer = c.optimizer;
+  req.optimizer_shards = c.optimizer && c.zero >= 1 ? ranks : 1;
+  req.optimizer_offload = c.optimizer && c.offload_optimizer;
+  req.gradient_shards = c.zero >= 2 ? ranks : 1;
+  req.weight_shards = c.zero >= 3 ? ranks : 1;
+  req.runtime = runtime;
+  return req;
+}
+
+Engine::Engine(const EngineConfig& config, Communicator& world)
+    : config_(config), world_(world), backend_(make_backend(config, world.rank())) {
+  comm_ = std::make_unique<StepCommunicator>(world, *backend_, comm_kind_name(config.comm));
+  comm_name_ = comm_->get().name();
+  mesh_ = std::make_unique<ProcessMesh>(comm_->get(), config.sp, config.ring, config.zigzag);
+  config_.memory.keep_attention = config.keep_attention == KeepAttention::On;
+}
+
+Engine::~Engine() = default;
+
+void Engine::set_step_options(const StepOptions& options, KeepAttention keep) {
+  ULY_CHECK(!model_, "the step options are set before the model is made");
+  config_.memory = options;
+  config_.keep_attention = keep;
+  config_.memory.keep_attention = keep == KeepAttention::On;
+}
+
+PlanRequest Engine::plan_request(const ModelConfig& model, int64_t seq_len) const {
+  PlanRequest req = make_plan_request(config_, model, seq_len, world_.size(), backend_->device(), backend_.get());
+  req.sp = mesh_->sp_size();
+  req.options = config_.memory;
+  return req;
+}
+
+Engine::Plan Engine::plan(const ModelConfig& model, int64_t seq_len, int64_t documents) {
+  PlanRequest req = plan_request(model, seq_len);
+  req.documents = documents;
+  const size_t device_budget = config_.device_limit > 0 ? config_.device_limit : backend_->device_memory_available();
+  const size_t host_budget = host_memory_available();
+  if (config_.keep_attention == KeepAttention::Auto && req.options.checkpoint) {
+    PlanRequest keep = req;
+    keep.options.keep_attention = true;
+    const MemorySnapshot with_keep = plan_step_memory(keep);
+    const bool fits = with_keep.device.peak <= device_budget && with_keep.host.peak <= host_budget;
+    if (world_.rank() == 0)
+      ULY_INFO((config_.spelling == OptionSpelling::Flags ? "--keep-attention" : "memory.keep_attention")
+               << " auto: " << (fits ? "on" : "off") << " (the step with it needs "
+                                       << format_bytes(with_keep.device.peak) << " of "
+                                       << format_bytes(device_budget) << ")");
+    if (fits) req.options.keep_attention = config_.memory.keep_attention = true;
+  }
+  const MemorySnapshot memory = plan_step_memory(req);
+  return Plan{req, memory, device_budget, host_budget};
+}
+
+void Engine::check_and_reserve(const Plan& p) {
+  check_plan_fits(p.request, p.memory, p.device_budget, p.host_budget, config_.spelling);
+  if (config_.reserve) backend_->reserve_memory(p.memory.device.peak, p.memory.host.peak);
+}
+
+MemorySnapshot Engine::prepare_memory(const ModelConfig& model, int64_t seq_len, int64_t documents) {
+  const Plan p = plan(model, seq_len, documents);
+  check_and_reserve(p);
+  return p.memory;
+}
+
+LlamaWeights& Engine::load_weights(const ModelConfig& model, const ModelFolder* folder, uint64_t seed) {
+  ULY_CHECK(!weights_, "the engine's weights are loaded once");
+  weights_ = std::make_unique<LlamaWeights>(model, config_.memory.grad_dtype, zero_sharding(mesh_->world(), config_.zero));
+  if (folder) weights_->load(*folder, *backend_);
+  else weights_->init_random(*backend_, seed);
+  return *weights_;
+}
+
+LlamaModel& Engine::model() {
+  ULY_CHECK(weights_, "the engine's model needs its weights first (load_weights)");
+  if (!model_) model_ = std::make_unique<LlamaModel>(*weights_, *backend_, *mesh_, config_.memory);
+  return *model_;
+}
+
+}  // namespace ulysses
