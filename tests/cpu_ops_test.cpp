@@ -355,6 +355,8 @@ double activation_reference(Activation act, double g) {
   switch (act) {
     case Activation::SiLU:
       return g / (1.0 + std::exp(-g));
+    case Activation::GeluTanh:
+      return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
   }
   return std::nan("");
 }

@@ -144,6 +144,10 @@ def committed_cases():
              seed=1212, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=128, batch=2, seq=40, max_pos=16,
              rope={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, layout="4.x",
              labels="labels", ignore_frac=0.1),
+        Case("llama_gelu_tanh", "Llama-shaped with hidden_act gelu_pytorch_tanh (GELU, tanh approximation, as "
+             "Gemma's MLP), GQA 4/2, one document per row plus packed row 1 = 21+19, labels",
+             seed=1313, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=128, batch=2, seq=40,
+             act="gelu_pytorch_tanh", docs=[[40], [21, 19]], labels="labels", ignore_frac=0.1),
         Case("mistral_window", "Mistral with sliding_window 12 < S=48 (and documents longer and shorter than the "
              "window), GQA 4/2, theta 1e6, 4.x layout",
              seed=1111, hidden=32, intermediate=64, heads=4, kv_heads=2, vocab=128, batch=2, seq=48,

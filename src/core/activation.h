@@ -37,12 +37,31 @@ struct SiLU {
   }
 };
 
-enum class Activation : uint8_t { SiLU };
+// GELU with the tanh approximation (transformers' gelu_pytorch_tanh, Gemma's MLP):
+// 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3);
+// d/dg = 0.5 (1 + t) + 0.5 g (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 g^2), t = tanh(u).
+struct GeluTanh {
+  template <class S>
+  ULY_HOST_DEVICE static S value(S g) {
+    const S t = activation_math::tanh_(S(0.7978845608028654) * (g + S(0.044715) * g * g * g));
+    return S(0.5) * g * (S(1) + t);
+  }
+  template <class S>
+  ULY_HOST_DEVICE static S derivative(S g) {
+    const S t = activation_math::tanh_(S(0.7978845608028654) * (g + S(0.044715) * g * g * g));
+    return S(0.5) * (S(1) + t) +
+           S(0.5) * g * (S(1) - t * t) * S(0.7978845608028654) * (S(1) + S(3 * 0.044715) * g * g);
+  }
+};
+
+enum class Activation : uint8_t { SiLU, GeluTanh };
 
 // Calls f.template operator()<Functor>() for the functor of `act` (one switch for every device).
 template <class F>
 decltype(auto) dispatch_activation(Activation act, F&& f) {
   switch (act) {
+    case Activation::GeluTanh:
+      return f.template operator()<GeluTanh>();
     case Activation::SiLU:
     default:
       return f.template operator()<SiLU>();
@@ -57,6 +76,7 @@ struct ActivationNames {
 };
 inline constexpr ActivationNames kActivations[] = {
     {Activation::SiLU, {"silu", "swish", ""}},
+    {Activation::GeluTanh, {"gelu_pytorch_tanh", "gelu_new", ""}},
 };
 
 inline std::string activation_name(Activation act) {
