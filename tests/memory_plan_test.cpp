@@ -73,7 +73,7 @@ std::vector<StepOptions> option_combinations() {
   for (int variant = 0; variant < 3; ++variant) {
     StepOptions o;
     o.checkpoint = true;
-    o.checkpoint_every = 2;
+    o.checkpoint_segment = 2;
     if (variant == 1) o.offload_layers = -1, o.mlp_tiles = 0;
     if (variant == 2) o.keep_attention = true;
     all.push_back(o);
@@ -84,7 +84,7 @@ std::vector<StepOptions> option_combinations() {
     o.head_chunks = 2;
     if (variant == 1) o.mlp_tiles = 0, o.loss_tile_tokens = 64;
     if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.mlp_tiles = 0;
-    if (variant == 3) o.checkpoint = true, o.checkpoint_every = 2, o.offload_layers = 1;
+    if (variant == 3) o.checkpoint = true, o.checkpoint_segment = 2, o.offload_layers = 1;
     if (variant == 4) o.checkpoint = true, o.keep_attention = true;
     all.push_back(o);
   }
@@ -93,7 +93,7 @@ std::vector<StepOptions> option_combinations() {
     StepOptions o;
     o.grad_dtype = DType::BF16;
     if (variant == 1) o.mlp_tiles = 0, o.loss_tile_tokens = 64;
-    if (variant == 2) o.checkpoint = true, o.checkpoint_every = 2, o.offload_layers = -1;
+    if (variant == 2) o.checkpoint = true, o.checkpoint_segment = 2, o.offload_layers = -1;
     if (variant == 3) o.head_chunks = 2, o.checkpoint = true, o.keep_attention = true;
     all.push_back(o);
   }
@@ -105,7 +105,7 @@ TEST(MemoryPlan, PlannedPeakEqualsMeasuredPeak) {
   for (const StepOptions& o : option_combinations()) {
     SCOPED_TRACE(testing::Message() << "tiles " << o.mlp_tiles << " loss " << o.loss_tile_tokens << " ckpt "
                                     << o.checkpoint << " offload " << o.offload_layers << " keep " << o.keep_attention
-                                    << " every " << o.checkpoint_every << " head chunks " << o.head_chunks
+                                    << " every " << o.checkpoint_segment << " head chunks " << o.head_chunks
                                     << " grads " << dtype_name(o.grad_dtype));
     const MemorySnapshot p = plan(c, 300, o), m = measure(c, 300, o);
     EXPECT_EQ(p.device.peak, m.device.peak);
@@ -169,7 +169,7 @@ TEST(MemoryPlan, TwoLevelCheckpointsStoreOnePerSegment) {
   one.checkpoint = true;
   one.offload_layers = -1;
   StepOptions two = one;
-  two.checkpoint_every = 2;
+  two.checkpoint_segment = 2;
   const int64_t S = 512;
   const MemorySnapshot a = plan(c, S, one), b = plan(c, S, two);
   EXPECT_EQ(b.peak(Pool::HostCheckpoints) * 2, a.peak(Pool::HostCheckpoints));

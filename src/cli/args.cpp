@@ -32,6 +32,9 @@ Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int
       has_value = true;
     }
     const OptionSpec* spec = find(a);
+    // Options renamed: the old name answered with the new one, not with a near miss.
+    ULY_CHECK(!(a == "checkpoint-every" && find("checkpoint-segment")),
+              command << ": --checkpoint-every was renamed --checkpoint-segment (layers per checkpoint segment)");
     if (spec == nullptr) {
       std::vector<std::string> names;
       for (const auto& s : specs) names.push_back(s.name);

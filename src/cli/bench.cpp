@@ -44,7 +44,6 @@ std::vector<OptionSpec> bench_specs() {
   };
   for (auto& s : engine_option_specs())
     if (s.name != "memory-report") specs.push_back(s);
-  for (auto& s : optimizer_option_specs()) specs.push_back(s);
   return specs;
 }
 
@@ -174,7 +173,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"dtype", dtype_name(backend->act_dtype())}, {"reserved", !args.has("no-reserve")}, {"optimizer", optimize},
       {"zero", world.size() > 1 ? zero : 0}, {"offload_optimizer", engine_config.offload_optimizer},
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
-      {"keep_attention", options.keep_attention}, {"checkpoint_every", options.checkpoint_every},
+      {"keep_attention", options.keep_attention}, {"checkpoint_segment", options.checkpoint_segment},
       {"head_chunks", options.head_chunks}, {"grad_dtype", dtype_name(options.grad_dtype)},
       {"comm_overlap", options.overlap_communication},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},

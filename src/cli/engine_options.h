@@ -18,7 +18,6 @@ std::vector<OptionSpec> engine_option_specs();
 EngineConfig engine_config_from(const Args& args, bool optimizer);
 // --model DIR (its config.json) or --shape NAME, then --layers N if given.
 ModelConfig model_config_from(const Args& args, const std::string& command);
-std::vector<OptionSpec> optimizer_option_specs();
 
 // --dry-run: prints the plan and returns true (the command then stops before allocating).
 bool print_dry_run(const Args& args, Engine& engine, const Engine::Plan& plan, int64_t seq_len);

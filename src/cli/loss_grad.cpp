@@ -41,15 +41,14 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
       {"model", true, false, "Hugging Face model folder (config.json + safetensors)"},
       {"batch", true, false, "batch safetensors: input_ids [B,S], optional labels/shift_labels/position_ids"},
       {"out", true, false, "output safetensors: loss [1] and grad.<name> for every parameter"},
-      {"zero", true, false, "ZeRO stage over all ranks: 0 (default), 2 = the gradients sharded (reduce-scattered "
-                            "layer by layer), 3 = the weights too (gathered a layer at a time); the gradients written "
-                            "are gathered whole at every stage"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs()) specs.push_back(s);
   Args args("loss-grad", specs, argc, argv, 2);
   if (args.has("help")) {
-    std::cout << Args::usage("loss-grad", specs);
+    std::cout << Args::usage("loss-grad", specs)
+              << "\nThe step has no optimizer: --zero 2 and 3 shard the gradients (and weights) during the step; the "
+                 "gradients written are gathered whole at every stage.\n";
     return 0;
   }
   const std::string model_dir = args.require("model"), batch_path = args.require("batch"),

@@ -71,7 +71,7 @@ std::string options_text(const StepOptions& o) {
     s += o.offload_layers < 0 ? "--offload-checkpoints " : "--offload-checkpoints=" + std::to_string(o.offload_layers) + " ";
   else if (o.checkpoint)
     s += "--checkpoint ";
-  if (o.checkpoint && o.checkpoint_every > 1) s += "--checkpoint-every=" + std::to_string(o.checkpoint_every) + " ";
+  if (o.checkpoint && o.checkpoint_segment > 1) s += "--checkpoint-segment=" + std::to_string(o.checkpoint_segment) + " ";
   if (o.head_chunks > 1) s += "--head-chunks=" + std::to_string(o.head_chunks) + " ";
   if (o.keep_attention) s += "--keep-attention ";
   if (o.loss_tile_tokens > 0) s += "--tiled-loss ";
@@ -118,7 +118,7 @@ int64_t find_max_seq(PlanRequest req, size_t device_budget, size_t host_budget, 
   for (const StepOptions& base : {ckpt, offload})
     for (int64_t every : {2, 3, 4}) {
       StepOptions two_level = base;
-      two_level.checkpoint_every = every;
+      two_level.checkpoint_segment = every;
       ladder.push_back(two_level);
     }
   // Head-chunked attention on the offloaded two-level rungs: the most chunks (of 8, 4, 2) the heads allow.
@@ -130,7 +130,7 @@ int64_t find_max_seq(PlanRequest req, size_t device_budget, size_t host_budget, 
     }
     for (int64_t every : {1, 4}) {
       StepOptions chunked = offload;
-      chunked.checkpoint_every = every;
+      chunked.checkpoint_segment = every;
       chunked.head_chunks = chunks;
       ladder.push_back(chunked);
     }
@@ -215,7 +215,6 @@ int run_plan(int argc, char** argv) {
     if (s.name != "dry-run" && s.name != "memory-report" && s.name != "no-reserve" && s.name != "comm" &&
         s.name != "memory-limit")
       specs.push_back(s);
-  for (auto& s : optimizer_option_specs()) specs.push_back(s);
   Args args("plan", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("plan", specs);

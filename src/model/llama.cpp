@@ -99,7 +99,7 @@ void LlamaModel::embed(const Tensor& ids, Tensor& x) {
 
 int64_t LlamaModel::first_backward_group(int64_t l, int64_t segment) const {
   if (l < 0) return ParameterStore::kNone;
-  const int64_t K = std::max<int64_t>(1, options_.checkpoint_every);
+  const int64_t K = std::max<int64_t>(1, options_.checkpoint_segment);
   return options_.checkpoint && l < segment ? l / K * K : l;
 }
 
@@ -463,7 +463,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   const bool keep = options_.checkpoint && options_.keep_attention;
   CheckpointStore store(be_, Lyr, options_.offload_layers);
   // Segments of K layers; K = 1 keeps every layer's input (one-level checkpointing).
-  const int64_t K = options_.checkpoint ? std::max<int64_t>(1, options_.checkpoint_every) : 1;
+  const int64_t K = options_.checkpoint ? std::max<int64_t>(1, options_.checkpoint_segment) : 1;
   for (int64_t l = 0; l < Lyr; ++l) {
     ParameterStore::Held held(params_, l);
     params_.prefetch(next_forward_group(l));

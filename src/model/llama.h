@@ -25,7 +25,7 @@ struct StepOptions {
   int64_t offload_layers = 0;     // with checkpoint: the first K layers' checkpoints go to host memory; -1 = all
   bool keep_attention = false;    // with checkpoint: keep each layer's attention output and lse on the device, so
                                   // that the recompute skips the attention kernel
-  int64_t checkpoint_every = 1;   // with checkpoint: keep one input per segment of this many layers (two-level
+  int64_t checkpoint_segment = 1; // with checkpoint: keep one input per segment of this many layers (two-level
                                   // checkpointing); the backward recomputes a segment's forward once, keeping its
                                   // layer inputs on the device (Checkpoints pool), then each layer as usual
   int64_t head_chunks = 1;        // q/k/v projections, all-to-alls and attention one chunk of H/N heads at a time
@@ -35,6 +35,8 @@ struct StepOptions {
                                       // this one's compute; false waits for each at once (for comparison)
   DType grad_dtype = DType::F32;  // the gradient buffers' dtype (LlamaWeights is made with it): float32, or
                                   // bfloat16, summed per layer in a float32 scratch (model/gradient_accumulator.h)
+
+  bool operator==(const StepOptions&) const = default;
 };
 
 class LlamaModel {

@@ -42,6 +42,8 @@ struct EngineConfig {
   bool reserve = true;          // back the pools with one block each at the planned peaks
   size_t device_limit = 0;      // bytes the step may take on the device; 0: the device's free memory
   OptionSpelling spelling = OptionSpelling::Flags;  // how refusals name the options
+
+  bool operator==(const EngineConfig&) const = default;
 };
 
 // The backend an EngineConfig asks for; on cuda, rank r of a node takes GPU r % (visible GPUs).

@@ -221,7 +221,7 @@ std::string plan_misfit(const PlanRequest& r, const MemorySnapshot& planned, siz
   const char* offload = keys ? "memory.offload_checkpoints=-1" : "--offload-checkpoints=all";
   const char* tiled_loss = keys ? "memory.tiled_loss=1024" : "--tiled-loss";
   const char* tiled_mlp = keys ? "memory.tiled_mlp=0" : "--tiled-mlp";
-  const char* every4 = keys ? "memory.checkpoint_every=4" : "--checkpoint-every 4";
+  const char* every4 = keys ? "memory.checkpoint_segment=4" : "--checkpoint-segment 4";
   struct Variant { std::string change; StepOptions o; };
   std::vector<Variant> variants;
   StepOptions o = r.options;
@@ -236,7 +236,7 @@ std::string plan_misfit(const PlanRequest& r, const MemorySnapshot& planned, siz
     if (v.mlp_tiles == 1) v.mlp_tiles = 0;
     const std::string tiles = std::string(" ") + tiled_loss + " " + tiled_mlp;
     variants.push_back({(keys ? std::string() : std::string(checkpoint) + " ") + offload + tiles, v});
-    v.checkpoint_every = 4;
+    v.checkpoint_segment = 4;
     variants.push_back({std::string(offload) + " " + every4 + tiles, v}); }
   std::ostringstream fits;
   for (const Variant& v : variants) {

@@ -12,6 +12,7 @@
 #include "core/limits.h"
 #include "core/nearest.h"
 #include "io/regular_file.h"
+#include "train/engine_option_table.h"
 
 namespace ulysses {
 namespace {
@@ -58,28 +59,7 @@ save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat
 keep_last: 0            # > 0: keep only the newest N checkpoints (never removing the one 'latest' names)
 tokenizer: ""           # folder whose tokenizer/chat-template files go into every checkpoint's model/;
                         # default: the model folder's, else the tokenizer data.train was prepared with
-sp: 0                   # sequence-parallel degree; 0 = all ranks
-sp_ring: 1              # ring-attention degree inside sp (Ulysses degree = sp / sp_ring); sp_ring = sp: pure ring
-zigzag: false           # with sp_ring > 1: zigzag (dual-chunk) sharding balances causal work over the ring
-backend: cpu            # cpu or cuda
-dtype: bf16             # compute dtype on cuda: bf16 or fp32 (cpu is always fp32)
-grad_dtype: float32     # gradient buffers: float32, or bfloat16 (half their memory; each layer's gradients are
-                        # summed in a float32 scratch and rounded into the buffers once per sequence)
-comm: mpi               # mpi (ranks may share a GPU) or nccl (cuda, one GPU per rank)
-zero: 0                 # ZeRO stage over all ranks (dp x sp): 0 = each rank holds the whole AdamW state;
-                        # 1 = the AdamW state (fp32 master, m, v) sharded, 1/ranks each; 2 = the gradients
-                        # too, reduce-scattered layer by layer in the backward; 3 = the bf16 weights too,
-                        # each layer's gathered just before use (one layer ahead) and dropped after
-offload_optimizer: false  # the AdamW state in pinned host memory and the update on the CPU (frees 12 bytes a
-                        # parameter of device memory; costs a host round trip of the gradients and weights a step)
-memory:
-  tiled_mlp: 1          # MLP sequence tiles; 0 = ceil(tokens / hidden); 1 = off
-  tiled_loss: 0         # tokens per lm_head + loss tile; 0 = off
-  checkpoint: false     # recompute each layer in backward from its saved input
-  offload_checkpoints: 0  # first K layers' checkpoints to host memory; -1 = all (implies checkpoint)
-  keep_attention: false   # with checkpoints: keep attention outputs so that the recompute skips the attention
-  checkpoint_every: 1     # two-level checkpoints: one saved input per this many layers (implies checkpoint)
-  head_chunks: 1          # attention (projections, all-to-alls, kernel) one chunk of H/N heads at a time
+# The engine (the same options as the flags of bench, loss-grad and plan: train/engine_option_table.cpp):
 )";
 
 // Converts YAML to JSON, counting nodes as aliases expand: a few lines of anchors
@@ -195,6 +175,9 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
                                      << " must be a mapping of keys to values");
   for (auto it = user.begin(); it != user.end(); ++it) {
     const std::string k = prefix.empty() ? it.key() : prefix + "." + it.key();
+    ULY_CHECK(k != "memory.checkpoint_every",
+              source << ": 'memory.checkpoint_every' was renamed 'memory.checkpoint_segment' (layers per checkpoint "
+                        "segment; the top-level 'checkpoint_every' is the steps between saves)");
     ULY_CHECK(base.contains(it.key()),
               source << ": unknown key '" << k << "' (did you mean '" << suggest_key(k, all_keys) << "'?)");
     nlohmann::json& slot = base[it.key()];
@@ -210,7 +193,7 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
     const nlohmann::json& v = *it;
     // A null default is a number worked out from other keys unless given (optimizer.min_lr).
     const bool ok = (slot.is_boolean() && v.is_boolean()) || (slot.is_number() && v.is_number()) ||
-                    (slot.is_string() && (v.is_string() || v.is_number())) ||
+                    (slot.is_string() && (v.is_string() || v.is_number() || v.is_boolean())) ||
                     (slot.is_null() && (v.is_number() || v.is_null()));
     ULY_CHECK(ok, source << ": key '" << k << "' expects " << (slot.is_boolean() ? "true or false"
                                                               : slot.is_string() ? "a string"
@@ -224,7 +207,7 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
       } catch (const nlohmann::json::type_error&) {
         ULY_FAIL(source << ": key '" << k << "' holds bytes that are not UTF-8 text: " << shown(v));
       }
-    slot = slot.is_string() && v.is_number() ? nlohmann::json(v.dump()) : v;
+    slot = slot.is_string() && (v.is_number() || v.is_boolean()) ? nlohmann::json(v.dump()) : v;
   }
 }
 
@@ -261,15 +244,7 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("checkpoint_every", kStepCount),
       int_key("skip_nonfinite", kStepCount),
       int_key("log_every", {1, kSteps.hi, "steps"}),
-      int_key("sp", kSpDegree),
-      int_key("sp_ring", kRingDegree),
-      int_key("memory.tiled_mlp", kMlpTiles),
-      int_key("memory.tiled_loss", kLossTile),
-      int_key("memory.offload_checkpoints", kOffloadLayers),
-      int_key("memory.checkpoint_every", kCheckpointSegment),
-      int_key("memory.head_chunks", kHeadChunks),
       int_key("keep_last", kKeepLast),
-      int_key("zero", {0, 3, "ZeRO stage"}),
   };
   return ranges;
 }
@@ -319,52 +294,27 @@ void resolve_min_lr(nlohmann::json& optimizer) {
     optimizer["min_lr"] = decimal_tenth(optimizer["lr"].get<double>());
 }
 
-// The engine's keys, typed (strings to enums, each checked against its choices).
-EngineConfig engine_config_of(const nlohmann::json& cfg, const std::string& src) {
-  const auto choice = [&](const char* key, std::initializer_list<const char*> allowed) {
-    const std::string v = cfg[key];
-    for (const char* a : allowed)
-      if (v == a) return v;
-    std::string list;
-    for (const char* a : allowed) list += (list.empty() ? "" : " or ") + std::string(a);
-    ULY_FAIL(src << ": '" << key << "' must be " << list << ", got '" << v << "'");
-  };
-  EngineConfig e;
-  e.spelling = OptionSpelling::TrainKeys;
-  e.backend = choice("backend", {"cpu", "cuda"}) == "cuda" ? BackendKind::Cuda : BackendKind::Cpu;
-  // The cpu backend is the fp32 reference whatever 'dtype' says.
-  const bool fp32 = choice("dtype", {"bf16", "fp32"}) == "fp32";
-  e.act_dtype = e.backend == BackendKind::Cpu || fp32 ? DType::F32 : DType::BF16;
-  e.comm = choice("comm", {"mpi", "nccl"}) == "nccl" ? CommKind::Nccl : CommKind::Mpi;
-  e.sp = cfg["sp"];
-  e.ring = cfg["sp_ring"];
-  e.zigzag = cfg["zigzag"];
-  e.zero = cfg["zero"];
-  e.offload_optimizer = cfg["offload_optimizer"];
-  const auto& m = cfg["memory"];
-  StepOptions& o = e.memory;
-  o.grad_dtype = choice("grad_dtype", {"float32", "bfloat16"}) == "bfloat16" ? DType::BF16 : DType::F32;
-  o.mlp_tiles = m["tiled_mlp"];
-  o.loss_tile_tokens = m["tiled_loss"];
-  o.checkpoint = m["checkpoint"];
-  o.offload_layers = m["offload_checkpoints"];
-  if (o.offload_layers != 0) o.checkpoint = true;
-  o.checkpoint_every = m["checkpoint_every"];
-  if (o.checkpoint_every > 1) o.checkpoint = true;
-  o.head_chunks = m["head_chunks"];
-  const bool keep = m["keep_attention"];
-  ULY_CHECK(!keep || o.checkpoint,
-            src << ": 'memory.keep_attention' needs 'memory.checkpoint' (it keeps outputs for the recompute)");
-  e.keep_attention = keep ? KeepAttention::On : KeepAttention::Off;
-  return e;
+// A config value as the text the option table reads ("true", "4", "auto").
+std::string value_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
 }
+
+const nlohmann::json& at_key(const nlohmann::json& cfg, const std::string& dotted) {
+  const nlohmann::json* v = &cfg;
+  std::stringstream ks(dotted);
+  for (std::string part; std::getline(ks, part, '.');) v = &v->at(part);
+  return *v;
+}
+
+std::string defaults_yaml() { return std::string(kDefaultsYaml) + engine_options_yaml(); }
 
 }  // namespace
 
-std::string train_config_defaults_yaml() { return kDefaultsYaml; }
+std::string train_config_defaults_yaml() { return defaults_yaml(); }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  nlohmann::json cfg = parse_yaml_text(kDefaultsYaml, "defaults");
+  nlohmann::json cfg = parse_yaml_text(defaults_yaml(), "defaults");
   std::vector<std::string> keys;
   collect_keys(cfg, "", keys);
   if (!path.empty()) {
@@ -446,7 +396,9 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.keep_last = cfg["keep_last"];
   c.tokenizer = cfg["tokenizer"];
   const std::string src = path.empty() ? std::string("train config") : path;
-  c.engine = engine_config_of(cfg, src);
+  c.engine = engine_config_of(
+      [&](const EngineOption& o) { return std::optional<std::string>(value_text(at_key(cfg, o.key))); },
+      OptionSpelling::TrainKeys, /*optimizer=*/true);
   ULY_CHECK(!c.model.empty() || !c.model_config.empty(),
             src << ": give 'model' (a Hugging Face folder) or 'model_config' (a named shape or config.json)");
   ULY_CHECK(c.model.empty() || c.model_config.empty(), src << ": give either 'model' or 'model_config', not both");

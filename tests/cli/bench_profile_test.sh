@@ -66,6 +66,6 @@ gradients() { "$ULYSSES" plan --shape tiny --seq 256 "$@" | awk '$1 == "gradient
 if [ -n "$(gradients)" ] && [ "$(gradients)" != "$(gradients --grad-dtype bf16)" ] \
    && "$ULYSSES" plan --shape tiny --seq 256 --grad-dtype bf16 --max-seq --memory-limit 1 | grep -q "grad-dtype=bf16"
 then pass "plan counts bfloat16 gradient buffers"; else fail "plan --grad-dtype bf16"; gradients; gradients --grad-dtype bf16; fi
-expect_error "bench: an unknown --grad-dtype" "--grad-dtype takes float32 \\(fp32\\) or bfloat16" \
+expect_error "bench: an unknown --grad-dtype" "--grad-dtype takes float32 or bfloat16, got 'fp16'" \
   "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --grad-dtype fp16
 finish

@@ -22,10 +22,10 @@ YAML
 
 # ---- numbers out of range: one rule per key or option, stated once (core/limits.h) ----
 LG=("$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out o.st)
-expect_error "--sp -1" "loss-grad: --sp must be in \[1, 1048576\] \(omit --sp for all ranks\), got -1" "${LG[@]}" --sp -1
-expect_error "--sp 0" "loss-grad: --sp must be in \[1, 1048576\] \(omit --sp for all ranks\), got 0" "${LG[@]}" --sp 0
-expect_error "--tiled-loss 0" "loss-grad: --tiled-loss must be in \[1, 1073741824\]" "${LG[@]}" --tiled-loss=0
-expect_error "--memory-limit -3" "loss-grad: --memory-limit must be in \(0, 1048576\] \(GiB\), got -3" "${LG[@]}" --memory-limit -3
+# (--sp 0 is all ranks and --tiled-loss 0 is off, as sp: 0 and memory.tiled_loss: 0 in a train config.)
+expect_error "--sp -1" "--sp must be in \[0, 1048576\] \(0 = all ranks\), got -1" "${LG[@]}" --sp -1
+expect_error "--tiled-loss -1" "--tiled-loss must be in \[0, 1073741824\]" "${LG[@]}" --tiled-loss=-1
+expect_error "--memory-limit -3" "--memory-limit must be in \(0, 1048576\] \(GiB\), got -3" "${LG[@]}" --memory-limit -3
 expect_error "--layers 1000000" "bench: --layers must be in \[1, 1024\] \(layers\), got 1000000" \
   "$ULYSSES" bench --shape tiny --layers 1000000
 expect_error "an absurd --seq, before allocating" "bench: --seq must be in \[1, 1073741824\] \(tokens per sequence\), got 100000000000" \

@@ -168,7 +168,7 @@ timeout 300 $MPIRUN -np 2 "$ULYSSES" train $common out_dir=bf16_grads sp=2 zero=
 if close_curves reshard_a/metrics.jsonl bf16_grads/metrics.jsonl 1e-4 0.00390625
 then pass "grad_dtype=bfloat16 on 2 ranks (sp 2, zero 1): the float32 buffers' losses and gradient norms"
 else fail "grad_dtype=bfloat16 losses"; fi
-expect_error "train: an unknown grad_dtype" "'grad_dtype' must be float32 or bfloat16" \
+expect_error "train: an unknown grad_dtype" "'grad_dtype' takes float32 or bfloat16, got 'float16'" \
   "$ULYSSES" train train.yaml grad_dtype=float16
 
 expect_error "train: zero=4 is refused" "'zero'.*\[0, 3\]" "$ULYSSES" train train.yaml zero=4

@@ -51,14 +51,14 @@ verdict "default budgets are the H200 target's" 0 \
   "^fits: device peak [0-9.]+ GiB of 139.00 GiB \(default: H200 target\), host peak 64.00 GiB of 120.00 GiB \(default: H200 target\)$" \
   --backend cuda --shape llama-3.1-8b --seq 262144 --no-optimizer --offload-checkpoints --tiled-loss --tiled-mlp
 verdict "with AdamW offloaded too it does not, and says which option fits" 1 \
-  "^does not fit: the step needs [0-9.]+ GiB of host memory .* It fits with --offload-checkpoints=all --checkpoint-every 4 " \
+  "^does not fit: the step needs [0-9.]+ GiB of host memory .* It fits with --offload-checkpoints=all --checkpoint-segment 4 " \
   --backend cuda --shape llama-3.1-8b --seq 262144 --offload-optimizer --offload-checkpoints --tiled-loss --tiled-mlp
 verdict "cpu backend: the device is the host" 0 "of 120.00 GiB \(cpu backend: the host budget\)" "${tiny[@]}"
 verdict "--host-mem-limit auto asks this machine" 0 "host peak 0 B of .* \(auto: this machine's\)$" \
   "${tiny[@]}" --host-mem-limit auto
 expect_error "--memory-limit auto without a GPU here" "memory-limit auto asks the GPU here, and there is none" \
   env CUDA_VISIBLE_DEVICES= "$ULYSSES" plan --backend cuda "${tiny[@]}" --memory-limit auto
-expect_error "a budget that is no number" "--memory-limit expects a finite number, got 'lots'" \
+expect_error "a budget that is no number" "--memory-limit expects a finite number of GiB, got 'lots'" \
   "$ULYSSES" plan "${tiny[@]}" --memory-limit lots
 
 # --max-seq searches the same budgets and says where they come from.

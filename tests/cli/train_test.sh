@@ -118,7 +118,7 @@ expect_error "a NaN learning rate" "key 'optimizer.lr' expects a number, got \"n
   && pass "out_dir=nan is a folder called nan" || { fail "out_dir=nan is a folder called nan"; tail -2 nandir.log; }
 expect_error "zigzag with a length the chunks do not divide" "data.seq_len 66 is not a multiple of 4.*zigzag" \
   $MPIRUN -np 2 "$ULYSSES" train train.yaml data.seq_len=66 sp=2 sp_ring=2 zigzag=true out_dir=bad
-expect_error "unknown dtype" "'dtype' must be bf16 or fp32, got 'fp8'" "$ULYSSES" train train.yaml dtype=fp8 out_dir=bad
+expect_error "unknown dtype" "'dtype' takes auto, bf16 or fp32, got 'fp8'" "$ULYSSES" train train.yaml dtype=fp8 out_dir=bad
 expect_error "nccl on the cpu backend" "comm nccl.*needs the cuda backend" "$ULYSSES" train train.yaml comm=nccl out_dir=bad
 # A fresh run into a finished run's folder is refused unless told to overwrite.
 expect_error "a fresh run over another run's results" "out_dir sp1 already holds a run \(metrics.jsonl, checkpoints/\); continue it with resume=true, start over in it with overwrite=true" \

@@ -78,7 +78,7 @@ void check_equal_to_plain(DType dtype, double loss_tol, double grad_tol) {
       o.head_chunks = chunks;
       if (variant == 1) o.mlp_tiles = 0, o.loss_tile_tokens = 256;
       if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.mlp_tiles = 0;
-      if (variant == 3) o.checkpoint = true, o.checkpoint_every = 2, o.keep_attention = true;
+      if (variant == 3) o.checkpoint = true, o.checkpoint_segment = 2, o.keep_attention = true;
       SCOPED_TRACE("head chunks " + std::to_string(chunks) + " variant " + std::to_string(variant));
       const Outcome got = run(*be, w, batch, o);
       EXPECT_LE(std::fabs(got.loss - plain.loss) / std::fabs(plain.loss), loss_tol);
@@ -102,7 +102,7 @@ TEST_F(CudaHeadChunks, MeasuredPoolsEqualThePlan) {
   o.head_chunks = 4;
   o.checkpoint = true;
   o.offload_layers = -1;
-  o.checkpoint_every = 2;
+  o.checkpoint_segment = 2;
   o.mlp_tiles = 0;
   o.loss_tile_tokens = 256;
   const Outcome got = run(*be, w, batch, o);

@@ -162,7 +162,7 @@ TEST(MemoryOptions, TwoLevelCheckpointsEveryDegree) {
       for (int variant = 0; variant < 3; ++variant) {
         StepOptions o;
         o.checkpoint = true;
-        o.checkpoint_every = every;
+        o.checkpoint_segment = every;
         if (variant == 1) o.offload_layers = -1, o.mlp_tiles = 0;
         if (variant == 2) o.offload_layers = 3, o.keep_attention = true;
         SCOPED_TRACE("sp=" + std::to_string(sp) + " every=" + std::to_string(every) + " variant " +
@@ -194,8 +194,8 @@ TEST(MemoryOptions, HeadChunksEveryDegree) {
         o.head_chunks = chunks;
         if (variant == 1) o.mlp_tiles = 3, o.loss_tile_tokens = 50;
         if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.mlp_tiles = 0;
-        if (variant == 3) o.checkpoint = true, o.checkpoint_every = 2, o.offload_layers = 1, o.loss_tile_tokens = 64;
-        if (variant == 4) o.checkpoint = true, o.keep_attention = true, o.checkpoint_every = 2;
+        if (variant == 3) o.checkpoint = true, o.checkpoint_segment = 2, o.offload_layers = 1, o.loss_tile_tokens = 64;
+        if (variant == 4) o.checkpoint = true, o.keep_attention = true, o.checkpoint_segment = 2;
         SCOPED_TRACE("sp=" + std::to_string(sp) + " head chunks " + std::to_string(chunks) + " variant " +
                      std::to_string(variant));
         expect_same(run(w, *be, batch, sp, o), plain, w);
@@ -224,7 +224,7 @@ TEST(MemoryOptions, Bf16GradientBuffersEveryDegree) {
     for (int variant = 0; variant < 4; ++variant) {
       StepOptions o;
       if (variant == 1) o.mlp_tiles = 3, o.loss_tile_tokens = 50;
-      if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.checkpoint_every = 2, o.mlp_tiles = 0;
+      if (variant == 2) o.checkpoint = true, o.offload_layers = -1, o.checkpoint_segment = 2, o.mlp_tiles = 0;
       if (variant == 3 && c.num_attention_heads / 2 % sp == 0) o.head_chunks = 2, o.checkpoint = true, o.keep_attention = true;
       SCOPED_TRACE("sp=" + std::to_string(sp) + " variant " + std::to_string(variant));
       const Outcome f32 = run(w32, *be, batch, sp, o);

@@ -253,7 +253,7 @@ void check_stage_trains_as_stage0(int zero) {
   c.num_hidden_layers = 3;
   StepOptions checkpointed;
   checkpointed.checkpoint = true;
-  checkpointed.checkpoint_every = 2;
+  checkpointed.checkpoint_segment = 2;
   checkpointed.offload_layers = -1;
   checkpointed.mlp_tiles = 3;
   StepOptions waiting;  // each reduce-scatter and gather waited for at once
