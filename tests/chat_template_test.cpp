@@ -159,26 +159,26 @@ TEST(ChatTemplate, StatedLimits) {
     }
   };
   const int d = limits::kMaxTemplateDepth + 5;
-  refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "levels deep");
+  refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "nesting deeper than 100 at");
   const int ok = limits::kMaxTemplateDepth - 10;  // each parenthesis is one level
   EXPECT_EQ(render("{{ " + std::string(ok, '(') + "1" + std::string(ok, ')') + " }}"), "1");
   std::string nots, minuses;
   for (int i = 0; i < d; ++i) nots += "not ", minuses += "- ";
-  refused("{{ " + nots + "true }}", "levels deep");
-  refused("{{ " + minuses + "1 }}", "levels deep");
+  refused("{{ " + nots + "true }}", "nesting deeper than 100 at");
+  refused("{{ " + minuses + "1 }}", "nesting deeper than 100 at");
   EXPECT_EQ(render("{{ not not true }} {{ - - 1 }} {{ -+-1 }}"), "True 1 1");
   std::string chain = "1";
   for (int i = 0; i < d; ++i) chain += " + 1";
-  refused("{{ " + chain + " }}", "levels deep");          // a long operator chain is a deep tree too
+  refused("{{ " + chain + " }}", "nesting deeper than 100 at");          // a long operator chain is a deep tree too
   refused("{{ x" + std::string(static_cast<size_t>(d) * 6, ' ').replace(0, std::string::npos, [&] {
             std::string f;
             for (int i = 0; i < d; ++i) f += "|trim";
             return f;
-          }()) + " }}", "levels deep");
+          }()) + " }}", "nesting deeper than 100 at");
   std::string ifs;
   for (int i = 0; i < d; ++i) ifs += "{% if true %}";
   for (int i = 0; i < d; ++i) ifs += "{% endif %}";
-  refused(ifs, "levels deep");
+  refused(ifs, "nesting deeper than 100 at");
   refused("{{ range(2000000)|length }}", "list of more than");
   refused("{{ range(-9223372036854775807, 9223372036854775807)|length }}", "list of more than");
   refused("{{ 'ab' * 1000000000000 }}", "MiB");

@@ -202,7 +202,7 @@ TEST(TrainConfigLimits, RangesAndBudgets) {
   EXPECT_ERROR(load_train_config(dir + "/bomb.yaml", base), "bomb.yaml: the YAML expands to more than 1048576 nodes");
   std::string deep(100, '[');
   put(dir + "/deep.yaml", "steps: " + deep + std::string(100, ']') + "\n");
-  EXPECT_ERROR(load_train_config(dir + "/deep.yaml", base), "deep.yaml: the YAML nests deeper than 64 levels");
+  EXPECT_ERROR(load_train_config(dir + "/deep.yaml", base), "deep.yaml: nesting deeper than 64 at line 1");
 }
 
 }  // namespace

@@ -26,6 +26,9 @@ struct RealRange {
 std::string describe_range(const IntRange& r);
 std::string describe_range(const RealRange& r);
 
+// Throws the one refusal of too deep a nesting: "<file>: nesting deeper than <limit> at <where>".
+[[noreturn]] void refuse_nesting(const std::string& file, int limit, const std::string& where);
+
 // Returns v, or throws an Error "<what> must be in <range> (<note>), got <v>".
 int64_t check_in_range(const std::string& what, int64_t v, const IntRange& r);
 // Also refuses NaN and infinity.
@@ -91,6 +94,14 @@ inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;        // train config
 inline constexpr size_t kMaxTokenizeBytes = size_t{1} << 30;     // `tokenize`'s stdin (whole in memory)
 inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;         // nodes after alias expansion
 inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Hugging Face's reader
+
+// Nesting. Every reader that recurses (or whose values are later walked recursively: copies,
+// comparisons, dumps) checks the depth before it goes one level deeper, so that a file of a
+// million '[' is refused with one line instead of overflowing the stack. A config.json or
+// tokenizer.json nests 6 levels, a training config 2; the limits leave room for any real file.
+inline constexpr int kMaxJsonDepth = 128;   // every JSON document read (files, JSON Lines records, stdin)
+inline constexpr int kMaxYamlDepth = 64;    // training configs
+inline constexpr int kMaxTokenizerSequenceDepth = 16;  // normalizer / pre-tokenizer / decoder Sequences
 
 // Chat templates (io/chat_template.cpp): a template comes with a model folder, so what it can
 // make the renderer do is bounded. Nesting of tags and of expressions (the parser and the

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 
@@ -218,8 +219,10 @@ ExprP make(Expr::Kind k) {
 struct NestGuard {
   int& depth;
   NestGuard(int& d, const std::string& where) : depth(d) {
-    ULY_CHECK(++depth <= limits::kMaxTemplateDepth,
-              where << ": nested more than " << limits::kMaxTemplateDepth << " levels deep");
+    if (++depth > limits::kMaxTemplateDepth) {
+      --depth;  // the destructor does not run when the constructor throws
+      refuse_nesting(where, limits::kMaxTemplateDepth, "a tag or expression");
+    }
   }
   ~NestGuard() { --depth; }
   NestGuard(const NestGuard&) = delete;
@@ -506,8 +509,7 @@ class ExprParser {
   // enough for the recursive evaluation and destruction.
   void deepen(Expr& parent, const Expr& child) {
     parent.depth = std::max(parent.depth, child.depth + 1);
-    ULY_CHECK(parent.depth <= limits::kMaxTemplateDepth,
-              where_ << ": an expression nested more than " << limits::kMaxTemplateDepth << " levels deep");
+    if (parent.depth > limits::kMaxTemplateDepth) refuse_nesting(where_, limits::kMaxTemplateDepth, "an expression");
   }
   void adopt(Expr& parent, ExprP child) {
     if (child) deepen(parent, *child);
@@ -744,12 +746,13 @@ class Renderer {
         case Node::Set: {
           json v = eval(*n.expr);
           if (n.targets.size() == 1) {
-            scopes_.back()[n.targets[0]] = v;
+            scopes_.back()[n.targets[0]] = checked_depth(std::move(v));
           } else {
             json* ns = lookup(n.targets[0]);
             ULY_CHECK(ns && ns->is_object(), origin_ << ": '{% set " << n.targets[0] << "." << n.targets[1]
                                                      << " %}' needs " << n.targets[0] << " to be a namespace()");
             (*ns)[n.targets[1]] = v;
+            *ns = checked_depth(std::move(*ns));
           }
           break;
         }
@@ -839,6 +842,22 @@ class Renderer {
   void check_items(size_t n) const {
     ULY_CHECK(n <= limits::kMaxTemplateItems,
               origin_ << ": the template built a list of more than " << limits::kMaxTemplateItems << " items");
+  }
+
+  // A value the template builds (a list, a mapping, a namespace) nests at most kMaxTemplateDepth
+  // levels: a loop of `set ns.a = [ns.a]` would otherwise nest once per step, and printing,
+  // tojson, == and copies of it recurse once per level. Walked without recursion; the walk
+  // costs what the copy into the new value already cost.
+  json checked_depth(json v) const {
+    std::vector<std::pair<const json*, int>> todo{{&v, 1}};
+    while (!todo.empty()) {
+      const auto [p, d] = todo.back();
+      todo.pop_back();
+      if (!p->is_structured()) continue;
+      if (d > limits::kMaxTemplateDepth) refuse_nesting(origin_, limits::kMaxTemplateDepth, "a value the template built");
+      for (const json& c : *p) todo.emplace_back(&c, d + 1);
+    }
+    return v;
   }
 
   [[noreturn]] void type_error(const std::string& what, const json& v) {
@@ -985,7 +1004,7 @@ class Renderer {
     if (f == "namespace") {
       json ns = json::object();
       for (const auto& [k, v] : e.kwargs) ns[k] = eval(*v);
-      return ns;
+      return checked_depth(std::move(ns));
     }
     if (f == "range") {
       int64_t a = 0, b = 0, step = 1;
@@ -1277,12 +1296,12 @@ class Renderer {
       case Expr::List: {
         json out = json::array();
         for (const auto& a : e.args) out.push_back(eval(*a));
-        return out;
+        return checked_depth(std::move(out));
       }
       case Expr::Dict: {
         json out = json::object();
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) out[py_str(eval(*e.args[k]))] = eval(*e.args[k + 1]);
-        return out;
+        return checked_depth(std::move(out));
       }
       case Expr::Bin: break;
     }
@@ -1333,8 +1352,10 @@ json read_tokenizer_config(const fs::path& dir) {
   const fs::path p = dir / "tokenizer_config.json";
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return json::object();
+  const std::string text = read_file_text(p);
+  check_json_depth(text, p.string());
   try {
-    return json::parse(read_file_text(p));
+    return json::parse(text);
   } catch (const json::exception& e) {
     ULY_FAIL(p.string() << ": invalid JSON (" << e.what() << ")");
   }
@@ -1388,6 +1409,7 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
 
 json parse_chat_template_kwargs(const std::string& text, const std::string& option) {
   json kwargs;
+  check_json_depth(text, option);
   try {
     kwargs = json::parse(text);
   } catch (const json::exception& e) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
@@ -34,6 +35,7 @@ std::string strip_slashes(std::string s) {
 
 json read_json_file(const std::string& path) {
   const std::string text = read_text_file(path, "JSON file", limits::kMaxJsonBytes);
+  check_json_depth(text, path);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

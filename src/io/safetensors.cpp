@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
 
@@ -136,6 +137,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       twice = parsed.get<std::string>();
     return true;
   };
+  check_json_depth(std::string_view(reinterpret_cast<const char*>(map->base) + 8, static_cast<size_t>(header_len)),
+                   path);
   try {
     header = nlohmann::json::parse(map->base + 8, map->base + map->data_start, note_keys);
   } catch (const nlohmann::json::exception& e) {

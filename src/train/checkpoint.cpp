@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_depth.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
 #include "io/model_folder.h"
@@ -146,6 +147,7 @@ TrainerState read_trainer_state(const std::string& dir) {
   const std::string text = read_text_file(path, "trainer state", limits::kMaxJsonBytes);
   TrainerState s;
   try {
+    check_json_depth(text, path);
     const nlohmann::json j = nlohmann::json::parse(text);
     s.step = j.at("step");
     s.loader = j.at("loader");
