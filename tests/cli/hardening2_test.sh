@@ -53,4 +53,40 @@ printf 'model_config: model.json\ndata:\n  train: data\n---\nsteps: 200\n' > two
 expect_error "a second YAML document" "two.yaml: a second YAML document at line 4" "$ULYSSES" train two.yaml
 [ ! -e runs ] && pass "no run folder made by a refused config" || fail "a refused config made a run folder"
 
+# ---- class 3: a stable loss. Every lm_head row the same and the final norm's weights at
+# 1e15: every logit equal and ~1e30 (finite), so the loss of each token is ln V exactly
+# (it was 0: ln V lost in rounding 1e30 + ln V) ----
+F=$ROOT/fixtures/gqa
+mkdir -p huge && cp "$F/model/config.json" huge/ && python3 - "$F/model/model.safetensors" huge/model.safetensors <<'PY'
+import json, struct, sys
+import numpy as np
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+data = bytearray(b[8 + n:])
+def put(name, arr):
+    s, e = h[name]['data_offsets']
+    data[s:e] = arr.astype(np.float32).tobytes()
+V, H = h['lm_head.weight']['shape']
+put('model.norm.weight', np.full(H, 1e15))
+w = np.zeros((V, H)); w[:, 0] = 1e15  # one nonzero product per logit: equal bit for bit whatever the GEMM's order
+put('lm_head.weight', w)
+open(sys.argv[2], 'wb').write(b[:8 + n] + bytes(data))
+PY
+if "$ULYSSES" loss-grad --model huge --batch "$F/batch.safetensors" --out huge.st > huge.log 2>&1; then
+  python3 - huge.st 160 <<'PY' && pass "all logits equal at ~1e30: the loss is ln V" || fail "all logits equal at ~1e30: the loss is not ln V"
+import json, math, struct, sys
+import numpy as np
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+s, e = h['loss']['data_offsets']
+loss = float(np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32 if h['loss']['dtype'] == 'F32' else np.float64)[0])
+print('loss', loss, 'ln V', math.log(int(sys.argv[2])))
+sys.exit(0 if abs(loss - math.log(int(sys.argv[2]))) < 1e-4 else 1)
+PY
+else
+  grep -q "error:.*non-finite" huge.log && pass "huge logits: refused as non-finite" || { fail "huge logits: loss-grad failed"; tail -3 huge.log; }
+fi
+
 finish

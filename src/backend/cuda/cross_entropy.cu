@@ -48,7 +48,9 @@ __global__ void cross_entropy_kernel(T* dlogits, float* losses, const T* logits,
   }
   const float M = detail::block_max(m, scratch);
   const float S = detail::block_sum(m == -INFINITY ? 0.f : s * expf(m - M), scratch);
-  if (threadIdx.x == 0) losses[row] = logf(S) + M - x_target;
+  // (M - x_target) first: at |M| ~ 1e30, logf(S) + M rounds to M and the loss came out 0
+  // where ln V is right (the CPU reference does the same).
+  if (threadIdx.x == 0) losses[row] = logf(S) + (M - x_target);
   const float inv_s = 1.f / S;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     const float p = expf(to_f(x[j]) - M) * inv_s;
@@ -98,7 +100,9 @@ __global__ void cross_entropy_vec_kernel(T* dlogits, float* losses, const T* log
   }
   const float M = detail::block_max(m, scratch);
   const float S = detail::block_sum(m == -INFINITY ? 0.f : s * expf(m - M), scratch);
-  if (threadIdx.x == 0) losses[row] = logf(S) + M - x_target;
+  // (M - x_target) first: at |M| ~ 1e30, logf(S) + M rounds to M and the loss came out 0
+  // where ln V is right (the CPU reference does the same).
+  if (threadIdx.x == 0) losses[row] = logf(S) + (M - x_target);
   const float inv_s = 1.f / S;
   for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
     const P p = x[j];
