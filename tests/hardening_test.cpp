@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <csignal>
 #include <cmath>
 #include <cstring>
@@ -119,6 +120,29 @@ TEST(SafetensorsHeader, ANameGivenTwiceIsRefused) {
   file += header + std::string(8, '\0');
   put(dir + "/dup.safetensors", file);
   EXPECT_ERROR(SafetensorsFile::open(dir + "/dup.safetensors"), "dup.safetensors: the header lists tensor 'a' twice");
+}
+
+// More entries than the stated limit: refused while the header is parsed, in time linear in its
+// size (every check of the entries is a sort or a lookup: n log n); the limit itself is fine.
+TEST(SafetensorsHeader, EntriesAreBoundedAndCheckedInNLogN) {
+  const std::string dir = test::temp_dir("many_entries");
+  auto write = [&](const std::string& name, size_t entries) {
+    std::string header = "{";
+    for (size_t i = 0; i < entries; ++i)
+      header += (i ? ",\"" : "\"") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    header += "}";
+    std::string file(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(file.data(), &n, 8);
+    put(dir + "/" + name, file + header);
+  };
+  write("over.safetensors", limits::kMaxSafetensorsEntries + 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ERROR(SafetensorsFile::open(dir + "/over.safetensors"),
+               "over.safetensors: the header lists more than 1048576 tensors (the limit of one file)");
+  write("many.safetensors", 200000);
+  EXPECT_EQ(SafetensorsFile::open(dir + "/many.safetensors").entries().size(), 200000u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
 }
 
 TEST(SafetensorsHeader, AnAbsurdHeaderLengthIsRefusedBeforeParsing) {

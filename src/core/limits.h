@@ -77,6 +77,10 @@ inline constexpr IntRange kHidden{1, 1 << 17, "hidden_size"};
 inline constexpr IntRange kIntermediate{1, 1 << 19, "intermediate_size"};
 inline constexpr IntRange kHeads{1, 1 << 12, "attention heads"};
 inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
+// The RoPE base: the frequencies are theta^(-2i/d). Models use 1e4 .. 1e7; below 1 the
+// rotations speed up with the dimension, and far above 1e12 every frequency but the first
+// rounds to 0 (a run then trains a model without positions, silently).
+inline constexpr RealRange kRopeTheta{1, 1e12, false, false, "the RoPE base"};
 // Token ids are int32.
 inline constexpr IntRange kVocab{1, std::numeric_limits<int32_t>::max(), "vocab_size"};
 // A tokenizer.json's token ids: 2^22 (16× the largest vocabulary in use, Gemma's 262K). The id ->
@@ -94,6 +98,9 @@ inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;        // train config
 inline constexpr size_t kMaxTokenizeBytes = size_t{1} << 30;     // `tokenize`'s stdin (whole in memory)
 inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;         // nodes after alias expansion
 inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Hugging Face's reader
+// Tensors in one safetensors file: 2^20 (a shard of the largest models holds a few thousand;
+// DeepSeek-V3 has 91K in all). Counted while the header is parsed, before any entry is checked.
+inline constexpr size_t kMaxSafetensorsEntries = size_t{1} << 20;
 
 // Nesting. Every reader that recurses (or whose values are later walked recursively: copies,
 // comparisons, dumps) checks the depth before it goes one level deeper, so that a file of a
@@ -111,6 +118,10 @@ inline constexpr int kMaxTemplateDepth = 100;
 inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 24;
 inline constexpr size_t kMaxTemplateBytes = size_t{256} << 20;  // the output, and any string value
 inline constexpr size_t kMaxTemplateItems = size_t{1} << 20;    // a list (range(), list + list)
+// Messages in one SFT record. The loss mask is found by rendering the conversation up to and
+// through each assistant turn, so a record's work grows with the square of its messages: 1024
+// bounds it (agent traces run to a few hundred).
+inline constexpr size_t kMaxChatMessages = 1024;
 
 }  // namespace limits
 }  // namespace ulysses

@@ -149,7 +149,13 @@ TrainerState read_trainer_state(const std::string& dir) {
   try {
     check_json_depth(text, path);
     const nlohmann::json j = nlohmann::json::parse(text);
-    s.step = j.at("step");
+    // An integer within the steps limit (a float or a huge count would convert silently and
+    // resume a run that trains nothing).
+    const nlohmann::json& step = j.at("step");
+    ULY_CHECK(step.is_number_integer(), path << ": invalid trainer state: step " << step.dump() << " is not an integer");
+    s.step = check_in_range(path + ": step", step.is_number_unsigned() && step.get<uint64_t>() > uint64_t(limits::kInt64Max)
+                                                 ? limits::kInt64Max : step.get<int64_t>(),
+                            limits::kStepCount);
     s.loader = j.at("loader");
     s.mesh.world = j.at("mesh").at("world");
     s.mesh.sp = j.at("mesh").at("sp");
@@ -160,7 +166,6 @@ TrainerState read_trainer_state(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(path << ": invalid trainer state: " << e.what());
   }
-  ULY_CHECK(s.step >= 0, path << ": invalid trainer state: step " << s.step);
   ULY_CHECK(s.optimizer_shards >= 0 && s.optimizer_shards <= limits::kSpDegree.hi,
             path << ": invalid trainer state: optimizer_shards " << s.optimizer_shards);
   return s;

@@ -23,6 +23,7 @@
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
 #include "train/fingerprint.h"
+#include "train/out_dir.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
@@ -201,7 +202,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
   const fs::path out_dir = cfg.out_dir;
   std::unique_ptr<RunLock> lock;
   if (rank0) {
-    fs::create_directories(out_dir);
+    prepare_out_dir(cfg.out_dir);  // before the lock: its run.lock marks the folder as a run of ours
     lock = std::make_unique<RunLock>(cfg.out_dir);
     check_fresh_out_dir(cfg.out_dir, cfg.resume, cfg.overwrite);
   }
@@ -257,6 +258,9 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (out_dir / "checkpoints").string()
                                                             << " holds no complete checkpoint");
     const TrainerState st = read_trainer_state(*ckpt);
+    // Past the last step the loop would not run: a "resumed" run that trains nothing and exits 0.
+    ULY_CHECK(st.step <= cfg.steps, "train: " << *ckpt << " is at step " << st.step << ", past this run's steps="
+                                              << cfg.steps << "; nothing would be trained (raise steps to go on)");
     // The checkpoint holds whole tensors (or the state in blocks of known layout) and a global data
     // position, so any mesh can take it up; only the order of the sums changes, which is why it
     // takes reshard=true.

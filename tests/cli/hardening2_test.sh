@@ -52,6 +52,51 @@ expect_error "a nested key given twice" "dup_nested.yaml: key 'data.train' is gi
 printf 'model_config: model.json\ndata:\n  train: data\n---\nsteps: 200\n' > two.yaml
 expect_error "a second YAML document" "two.yaml: a second YAML document at line 4" "$ULYSSES" train two.yaml
 [ ! -e runs ] && pass "no run folder made by a refused config" || fail "a refused config made a run folder"
+python3 -c "import json; c=json.load(open('model.json')); c['rope_theta']=1e300; json.dump(c, open('theta.json','w'))"
+expect_error "an out-of-range rope_theta, refused at load" \
+  "theta.json: field 'rope_theta' must be in \[1, 1000000000000\] \(the RoPE base\), got 1e\+300" \
+  "$ULYSSES" train train.yaml model_config=theta.json out_dir=theta
+python3 -c "
+import json; c=json.load(open('model.json')); c['rope_parameters']={'rope_type': 'default', 'rope_theta': 500000.0}
+json.dump(c, open('two_thetas.json','w'))"
+expect_error "rope_theta and rope_parameters.rope_theta disagree" \
+  "two_thetas.json: 'rope_theta' \(10000\) and 'rope_parameters.rope_theta' \(500000\) disagree" \
+  "$ULYSSES" train train.yaml model_config=two_thetas.json out_dir=thetas
+
+# ---- a checkpoint's step: within the stated limit and not past the run's steps ----
+"$ULYSSES" train train.yaml out_dir=run > run.log 2>&1 && pass "a short run" || { fail "a short run"; tail -3 run.log; }
+ck=run/checkpoints/$(cat run/checkpoints/latest)
+cp "$ck/trainer_state.json" state.bak
+python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['step']=2**50; json.dump(j, open(p,'w'))" "$ck/trainer_state.json"
+expect_error "a stored step beyond the steps limit" "trainer_state.json: step must be in \[0, 1099511627776\] \(steps; 0 = never\), got 1125899906842624" \
+  "$ULYSSES" train train.yaml out_dir=run resume=true steps=4
+python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['step']=2**64 - 1; json.dump(j, open(p,'w'))" "$ck/trainer_state.json"
+expect_error "a stored step of 2^64 - 1 (no signed overflow in the message)" "step must be in \[0, 1099511627776\] .*got 9223372036854775807" \
+  "$ULYSSES" train train.yaml out_dir=run resume=true steps=4
+grep -q -- "-9223372036854775808" "$TMP/stderr" && fail "a signed overflow in the message" || pass "no signed overflow in the message"
+cp state.bak "$ck/trainer_state.json"
+expect_error "resume past the run's steps" "is at step 2, past this run's steps=1; nothing would be trained" \
+  "$ULYSSES" train train.yaml out_dir=run resume=true steps=1
+
+# ---- class 6: an unusable out_dir is one line naming it ----
+touch afile
+expect_error "out_dir is a file" "train: out_dir afile is a regular file, not a folder" "$ULYSSES" train train.yaml out_dir=afile
+one_line "out_dir a file"
+expect_error "out_dir under a file" "train: cannot make out_dir afile/sub: Not a directory" "$ULYSSES" train train.yaml out_dir=afile/sub
+expect_error "out_dir is a device" "train: out_dir /dev/null is a character device, not a folder" "$ULYSSES" train train.yaml out_dir=/dev/null
+ln -s nowhere dangling
+expect_error "out_dir is a dangling symlink" "train: out_dir dangling is a dangling symlink \(to nowhere\)" \
+  "$ULYSSES" train train.yaml out_dir=dangling
+expect_error "out_dir is empty" "train: out_dir is empty" "$ULYSSES" train train.yaml out_dir=
+mkdir -p etc && echo "root:x:0:0" > etc/passwd
+for extra in "" overwrite=true; do
+  expect_error "out_dir a foreign non-empty folder ${extra:-}" \
+    "train: out_dir etc is a folder that holds other files \(e.g. 'passwd'\) and no run of ours" \
+    "$ULYSSES" train train.yaml out_dir=etc $extra
+done
+[ "$(ls etc)" = passwd ] && pass "nothing written into the foreign folder" || fail "files written into the foreign folder: $(ls etc)"
+mkdir -p empty_dir && "$ULYSSES" train train.yaml out_dir=empty_dir > e.log 2>&1 && pass "an empty existing folder is fine" \
+  || { fail "an empty existing folder"; tail -3 e.log; }
 
 # ---- class 3: a stable loss. Every lm_head row the same and the final norm's weights at
 # 1e15: every logit equal and ~1e30 (finite), so the loss of each token is ln V exactly
