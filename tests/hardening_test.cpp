@@ -17,6 +17,7 @@
 #include "core/limits.h"
 #include "expect_error.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -143,6 +144,33 @@ TEST(SafetensorsHeader, EntriesAreBoundedAndCheckedInNLogN) {
   write("many.safetensors", 200000);
   EXPECT_EQ(SafetensorsFile::open(dir + "/many.safetensors").entries().size(), 200000u);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+}
+
+// Checksums at rest (issue 28, class 7): one flipped byte, a truncated or missing file, or an
+// entry that leaves the folder is refused with one line naming the file; a folder without the
+// list (written before checksums) passes.
+TEST(Checksums, EveryByteOfEveryFile) {
+  const std::string dir = test::temp_dir("checksums");
+  EXPECT_FALSE(verify_checksums(dir));
+  fs::create_directories(dir + "/model");
+  put(dir + "/model/w.safetensors", std::string(1000, 'x'));
+  put(dir + "/trainer_state.json", "{}");
+  write_checksums(dir);
+  EXPECT_TRUE(verify_checksums(dir));
+  const json list = json::parse(slurp(dir + "/checksums.json"));
+  EXPECT_EQ(list["files"].size(), 2u);
+  EXPECT_EQ(list["files"]["model/w.safetensors"]["bytes"], 1000);
+
+  std::string flipped(1000, 'x');
+  flipped[700] ^= 0x01;
+  put(dir + "/model/w.safetensors", flipped);
+  EXPECT_ERROR(verify_checksums(dir), dir + "/model/w.safetensors: checksum mismatch (crc32 ", "the file is damaged");
+  put(dir + "/model/w.safetensors", std::string(999, 'x'));
+  EXPECT_ERROR(verify_checksums(dir), "w.safetensors: 999 bytes, but 1000 when it was written");
+  fs::remove(dir + "/model/w.safetensors");
+  EXPECT_ERROR(verify_checksums(dir), "w.safetensors: missing (listed in");
+  put(dir + "/checksums.json", R"({"algorithm": "crc32", "files": {"../x": {"bytes": 1, "crc32": "00000000"}}})");
+  EXPECT_ERROR(verify_checksums(dir), "checksums.json: entry '../x' is not a file inside");
 }
 
 TEST(SafetensorsHeader, AnAbsurdHeaderLengthIsRefusedBeforeParsing) {

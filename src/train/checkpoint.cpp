@@ -10,6 +10,7 @@
 #include "core/json_depth.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/model_folder.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
@@ -79,6 +80,10 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
     j["fingerprint"] = state.fingerprint;
     j["format_version"] = 1;
     write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2));
+    // Checksums of what was written, before COMPLETE: model/ has its own list (checked when the
+    // folder is loaded as a model), the checkpoint's covers every file (checked at resume).
+    write_checksums((tmp / "model").string());
+    write_checksums(tmp.string());
     if (const char* kill = std::getenv("ULYSSES_TEST_KILL_DURING_SAVE"))  // fault injection for the tests
       if (std::atoll(kill) == state.step) std::raise(SIGKILL);
     write_file_atomic((tmp / "COMPLETE").string(), "ok\n");

@@ -16,6 +16,7 @@
 #include "comm/launch_env.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/model_folder.h"
 #include "io/regular_file.h"
 #include "io/tensorboard.h"
@@ -23,10 +24,10 @@
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
 #include "train/fingerprint.h"
-#include "train/out_dir.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/out_dir.h"
 #include "train/run_lock.h"
 #include "train/step.h"
 
@@ -257,6 +258,8 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
     const auto ckpt = latest_checkpoint(cfg.out_dir);
     ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (out_dir / "checkpoints").string()
                                                             << " holds no complete checkpoint");
+    // Every file as it was written (rank 0 reads them; a refusal there aborts the others).
+    if (rank0) verify_checksums(*ckpt);
     const TrainerState st = read_trainer_state(*ckpt);
     // Past the last step the loop would not run: a "resumed" run that trains nothing and exits 0.
     ULY_CHECK(st.step <= cfg.steps, "train: " << *ckpt << " is at step " << st.step << ", past this run's steps="

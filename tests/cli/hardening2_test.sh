@@ -67,6 +67,7 @@ expect_error "rope_theta and rope_parameters.rope_theta disagree" \
 "$ULYSSES" train train.yaml out_dir=run > run.log 2>&1 && pass "a short run" || { fail "a short run"; tail -3 run.log; }
 ck=run/checkpoints/$(cat run/checkpoints/latest)
 cp "$ck/trainer_state.json" state.bak
+mv "$ck/checksums.json" sums.bak  # as a checkpoint written before checksums: the state itself is checked
 python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['step']=2**50; json.dump(j, open(p,'w'))" "$ck/trainer_state.json"
 expect_error "a stored step beyond the steps limit" "trainer_state.json: step must be in \[0, 1099511627776\] \(steps; 0 = never\), got 1125899906842624" \
   "$ULYSSES" train train.yaml out_dir=run resume=true steps=4
@@ -74,9 +75,37 @@ python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['step']=2**6
 expect_error "a stored step of 2^64 - 1 (no signed overflow in the message)" "step must be in \[0, 1099511627776\] .*got 9223372036854775807" \
   "$ULYSSES" train train.yaml out_dir=run resume=true steps=4
 grep -q -- "-9223372036854775808" "$TMP/stderr" && fail "a signed overflow in the message" || pass "no signed overflow in the message"
-cp state.bak "$ck/trainer_state.json"
+cp state.bak "$ck/trainer_state.json" && mv sums.bak "$ck/checksums.json"
 expect_error "resume past the run's steps" "is at step 2, past this run's steps=1; nothing would be trained" \
   "$ULYSSES" train train.yaml out_dir=run resume=true steps=1
+
+# ---- class 7: checksums at rest. One flipped byte in a tensor's payload (the header stays
+# valid) is refused at resume and at `model:` load, naming the file ----
+ck=run/checkpoints/$(cat run/checkpoints/latest)
+[ -s "$ck/checksums.json" ] && [ -s "$ck/model/checksums.json" ] && pass "a checkpoint records its checksums" \
+  || fail "a checkpoint records its checksums"
+"$ULYSSES" train train.yaml out_dir=run resume=true steps=3 > resume.log 2>&1 && pass "an intact checkpoint resumes" \
+  || { fail "an intact checkpoint resumes"; tail -3 resume.log; }
+ck=run/checkpoints/$(cat run/checkpoints/latest)
+flip() {  # flip the last byte of a file: a tensor's payload, the header untouched
+  python3 -c "
+import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[-1] ^= 0x01; open(p, 'wb').write(b)" "$1"
+}
+cp -r "$ck" ck.bak
+flip "$ck/model/model.safetensors"
+expect_error "a flipped byte in the model, at resume" "$ck/model/model.safetensors: checksum mismatch \(crc32 [0-9a-f]{8}, [0-9a-f]{8} when it was written" \
+  "$ULYSSES" train train.yaml out_dir=run resume=true steps=4
+one_line "a flipped byte"
+printf 'model: %s\ndata:\n  train: data\n  seq_len: 32\nsteps: 1\n' "$ck/model" > from_ckpt.yaml
+expect_error "a flipped byte in the model, at model: load" "$ck/model/model.safetensors: checksum mismatch" \
+  "$ULYSSES" train from_ckpt.yaml out_dir=from_ckpt
+rm -rf "$ck" && cp -r ck.bak "$ck"
+flip "$ck/optimizer.safetensors"
+expect_error "a flipped byte in the optimizer state, at resume" "$ck/optimizer.safetensors: checksum mismatch" \
+  "$ULYSSES" train train.yaml out_dir=run resume=true steps=4
+rm -rf "$ck" && cp -r ck.bak "$ck"
+"$ULYSSES" train from_ckpt.yaml out_dir=from_ckpt2 > fc.log 2>&1 && pass "an intact checkpoint's model/ loads as a model" \
+  || { fail "an intact checkpoint's model/ loads"; tail -3 fc.log; }
 
 # ---- class 6: an unusable out_dir is one line naming it ----
 touch afile
