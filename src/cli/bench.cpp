@@ -19,6 +19,7 @@
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/rank_agreement.h"
 #include "train/step.h"
 
 namespace ulysses {
@@ -60,6 +61,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
   const bool optimize = !args.has("no-optimizer");
   const OptimizerChoice optimizer_choice = optimizer_choice_from(args, optimize, world.size());
   const bool profiling = args.has("profile");
+  // Before the first collective: every rank was started with the same options (another --seq on
+  // one rank died inside MPI).
+  check_ranks_agree(world, {{"options", std::vector<std::string>(argv + 1, argv + argc)}}, "bench");
 
   std::unique_ptr<Backend> backend = backend_from(args, world.rank());
   StepCommunicator comm(world, *backend, args.get("comm", "mpi"));

@@ -28,6 +28,7 @@
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
 #include "train/out_dir.h"
+#include "train/rank_agreement.h"
 #include "train/run_lock.h"
 #include "train/step.h"
 
@@ -159,6 +160,10 @@ void install_stop_signal_handlers() {
 int run_training(const TrainConfig& cfg, Communicator& world) {
   ULY_CHECK(cfg.backend == "cpu" || cfg.backend == "cuda", "train: unknown backend '" << cfg.backend << "' (cpu or cuda)");
   ULY_CHECK(cfg.dtype == "bf16" || cfg.dtype == "fp32", "train: unknown dtype '" << cfg.dtype << "' (bf16 or fp32)");
+  // Before the first collective of the run (NCCL's set-up, the mesh's splits): every rank must
+  // have read the same config and model (issue 28: ranks apart ran, or died in MPI).
+  const ModelConfig mc = model_config_for(cfg);
+  check_ranks_agree(world, {{"config", cfg.as_json}, {"model", run_fingerprint(cfg, mc, {}, nullptr)}}, "train");
   std::unique_ptr<Backend> backend =
       cfg.backend == "cuda"
           ? make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world.rank())),
@@ -166,7 +171,6 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
           : make_cpu_backend();
   StepCommunicator comm(world, *backend, cfg.comm);
   ProcessMesh mesh(comm.get(), cfg.sp, cfg.sp_ring, cfg.zigzag);
-  const ModelConfig mc = model_config_for(cfg);
   ULY_CHECK(cfg.seq_len % mesh.sp_size() == 0,
             "data.seq_len " << cfg.seq_len << " is not divisible by the sequence-parallel degree " << mesh.sp_size()
                             << "; choose a multiple of " << mesh.sp_size());
@@ -252,6 +256,7 @@ int run_training(const TrainConfig& cfg, Communicator& world) {
 
   const CheckpointMesh this_mesh{mesh.world_size(), mesh.sp_size(), mesh.dp_size()};
   const nlohmann::json fingerprint = run_fingerprint(cfg, mc, this_mesh, {{"train", train->fingerprint()}});
+  check_ranks_agree(world, fingerprint, "train");  // the data too: the same path may hold other files on another node
   int64_t start_step = 0;
   const fs::path metrics_path = out_dir / "metrics.jsonl";
   if (cfg.resume) {

@@ -107,6 +107,28 @@ rm -rf "$ck" && cp -r ck.bak "$ck"
 "$ULYSSES" train from_ckpt.yaml out_dir=from_ckpt2 > fc.log 2>&1 && pass "an intact checkpoint's model/ loads as a model" \
   || { fail "an intact checkpoint's model/ loads"; tail -3 fc.log; }
 
+# ---- class 5: ranks that agree. Ranks started with another seq_len, data or config are refused
+# at start-up with one line naming the key, both values and both ranks (they ran apart, or died
+# in MPI_ERR_TRUNCATE) ----
+if command -v mpirun > /dev/null; then
+  expect_error "ranks with different seq_len" \
+    "train: the ranks disagree at start-up: 'config.data.seq_len' is 32 on rank 0 but 64 on rank 1" \
+    $MPIRUN -np 1 "$ULYSSES" train train.yaml out_dir=apart : -np 1 "$ULYSSES" train train.yaml out_dir=apart data.seq_len=64
+  [ "$(grep -c 'disagree' "$TMP/stderr")" -eq 1 ] && pass "one line, from rank 0" || fail "not one line: $(grep -c disagree "$TMP/stderr")"
+  "$ULYSSES" prepare --input "$ROOT/docs" --out data2 --quiet > /dev/null 2>&1
+  expect_error "the third rank with other data" \
+    "train: the ranks disagree at start-up: 'config.data.train' is \"data\" on rank 0 but \"data2\" on rank 2" \
+    $MPIRUN -np 2 "$ULYSSES" train train.yaml out_dir=apart2 batch_size=3 : -np 1 "$ULYSSES" train train.yaml out_dir=apart2 batch_size=3 data.train=data2
+  expect_error "loss-grad ranks with other batch files" \
+    "loss-grad: the ranks disagree at start-up: 'batch.length' is 32 on rank 0 but 64 on rank 1" \
+    $MPIRUN -np 1 "$ULYSSES" loss-grad --model "$ROOT/fixtures/gqa/model" --batch "$ROOT/fixtures/gqa/batch.safetensors" --out lg.st \
+    : -np 1 "$ULYSSES" loss-grad --model "$ROOT/fixtures/gqa/model" --batch "$ROOT/fixtures/mqa_llama3/batch.safetensors" --out lg.st
+  expect_error "bench ranks with another --seq" "bench: the ranks disagree at start-up: 'options\[4\]' is \"64\" on rank 0 but \"128\" on rank 1" \
+    $MPIRUN -np 1 "$ULYSSES" bench --shape tiny --seq 64 --steps 1 : -np 1 "$ULYSSES" bench --shape tiny --seq 128 --steps 1
+  $MPIRUN -np 2 "$ULYSSES" train train.yaml out_dir=agree batch_size=2 > agree.log 2>&1 \
+    && pass "ranks that agree train" || { fail "ranks that agree train"; tail -3 agree.log; }
+fi
+
 # ---- class 6: an unusable out_dir is one line naming it ----
 touch afile
 expect_error "out_dir is a file" "train: out_dir afile is a regular file, not a folder" "$ULYSSES" train train.yaml out_dir=afile
