@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/limits.h"
+#include "expect_error.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
 #include "test_util.h"
@@ -204,6 +205,10 @@ TEST(ChatTemplate, ErrorsNameTheConstruct) {
   EXPECT_THROW(ChatTemplate("{{ x ", "t"), Error);
   EXPECT_THROW(render("{{ raise_exception('nope') }}"), Error);
   EXPECT_THROW(render("{{ x|frobnicate }}"), Error);
+  // An empty subscript (found by chat_template_fuzz: it was evaluated as a null operand).
+  EXPECT_ERROR(ChatTemplate("{{ namespace(a=x[]) }}", "t.jinja"), "t.jinja: ", "an empty subscript '[]'");
+  EXPECT_ERROR(ChatTemplate("{{ x[] }}", "t.jinja"), "an empty subscript");
+  EXPECT_EQ(render("{{ 'abc'[:] }}"), "abc");
 }
 
 }  // namespace

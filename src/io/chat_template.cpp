@@ -448,6 +448,8 @@ class ExprParser {
           }
         }
         expect_op("]");
+        // x[] names no item (found by chat_template_fuzz: evaluated as a null operand).
+        ULY_CHECK(slice || idx[0], where_ << ": an empty subscript '[]'; give an index or a slice");
         auto s = make(slice ? Expr::Slice : Expr::Index);
         adopt(*s, std::move(e));
         for (int k = 0; k < (slice ? 3 : 1); ++k) adopt(*s, std::move(idx[k]));
