@@ -753,8 +753,7 @@ class Renderer {
             json* ns = lookup(n.targets[0]);
             ULY_CHECK(ns && ns->is_object(), origin_ << ": '{% set " << n.targets[0] << "." << n.targets[1]
                                                      << " %}' needs " << n.targets[0] << " to be a namespace()");
-            (*ns)[n.targets[1]] = v;
-            *ns = checked_depth(std::move(*ns));
+            (*ns)[n.targets[1]] = checked_depth(std::move(v), 1);  // the value alone: not the whole namespace
           }
           break;
         }
@@ -850,8 +849,9 @@ class Renderer {
   // levels: a loop of `set ns.a = [ns.a]` would otherwise nest once per step, and printing,
   // tojson, == and copies of it recurse once per level. Walked without recursion; the walk
   // costs what the copy into the new value already cost.
-  json checked_depth(json v) const {
-    std::vector<std::pair<const json*, int>> todo{{&v, 1}};
+  // `within`: the levels above v once it is stored (1 for a namespace attribute).
+  json checked_depth(json v, int within = 0) const {
+    std::vector<std::pair<const json*, int>> todo{{&v, 1 + within}};
     while (!todo.empty()) {
       const auto [p, d] = todo.back();
       todo.pop_back();
