@@ -209,6 +209,13 @@ TEST(ChatTemplate, ErrorsNameTheConstruct) {
   EXPECT_ERROR(ChatTemplate("{{ namespace(a=x[]) }}", "t.jinja"), "t.jinja: ", "an empty subscript '[]'");
   EXPECT_ERROR(ChatTemplate("{{ x[] }}", "t.jinja"), "an empty subscript");
   EXPECT_EQ(render("{{ 'abc'[:] }}"), "abc");
+  // Numbers past their type: refused with the template's name, not std::out_of_range (found by
+  // chat_template_fuzz); a string or a double too large for int clamps instead of overflowing.
+  EXPECT_ERROR(ChatTemplate("{{ 99999999999999999999 }}", "t.jinja"), "t.jinja: ",
+               "the integer 99999999999999999999 is out of the 64-bit range");
+  EXPECT_ERROR(ChatTemplate("{{ 1" + std::string(400, '0') + ".5 }}", "t.jinja"), "is out of the double range");
+  EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
+  EXPECT_EQ(render("{{ '99999999999999999999'|int }}"), "0");
 }
 
 }  // namespace

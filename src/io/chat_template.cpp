@@ -3,13 +3,17 @@
 #include "io/chat_template.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "core/json_depth.h"
@@ -20,6 +24,21 @@ namespace ulysses {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Number text without std::stoll/stod, which throw std::out_of_range past the type's range (found
+// by chat_template_fuzz: a 90-digit literal ended the process instead of refusing the template).
+std::optional<int64_t> int_of(std::string_view s) {
+  int64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+std::optional<double> float_of(std::string_view s) {
+  double v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || s.empty() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
 using json = nlohmann::ordered_json;
 
 json undefined() { return json(json::value_t::discarded); }
@@ -368,7 +387,17 @@ class ExprParser {
     }
     if (t.kind == Tok::Int || t.kind == Tok::Float) {
       auto e = make(Expr::Lit);
-      e->value = t.kind == Tok::Int ? json(std::stoll(t.text)) : json(std::stod(t.text));
+      if (t.kind == Tok::Int) {
+        const std::optional<int64_t> v = int_of(t.text);
+        ULY_CHECK(v, where_ << ": the integer " << t.text.substr(0, 40) << (t.text.size() > 40 ? "..." : "")
+                            << " is out of the 64-bit range");
+        e->value = *v;
+      } else {
+        const std::optional<double> v = float_of(t.text);
+        ULY_CHECK(v, where_ << ": the number " << t.text.substr(0, 40) << (t.text.size() > 40 ? "..." : "")
+                            << " is out of the double range");
+        e->value = *v;
+      }
       ++p_;
       return e;
     }
@@ -869,14 +898,16 @@ class Renderer {
 
   static int64_t to_int(const json& v) {
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+    if (v.is_number()) {  // clamped: a double past 2^63 cast to int64 is undefined
+      const double d = v.get<double>();
+      if (std::isnan(d)) return 0;
+      if (d >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+      if (d <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(d);
+    }
     if (v.is_boolean()) return v.get<bool>();
     if (v.is_string()) {
-      try {
-        return std::stoll(v.get<std::string>());
-      } catch (...) {
-        return 0;
-      }
+      return int_of(v.get<std::string>()).value_or(0);
     }
     return 0;
   }
@@ -1053,7 +1084,7 @@ class Renderer {
       if (q == std::string::npos) q = path.size();
       const std::string part = path.substr(p, q - p);
       const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-      out = index(out, digits && out.is_array() ? json(std::stoll(part)) : json(part));
+      out = index(out, digits && out.is_array() ? json(int_of(part).value_or(std::numeric_limits<int64_t>::max())) : json(part));
       p = q + 1;
     }
     return out;
