@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/limits.h"
+#include "expect_error.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
 #include "test_util.h"
@@ -159,26 +160,26 @@ TEST(ChatTemplate, StatedLimits) {
     }
   };
   const int d = limits::kMaxTemplateDepth + 5;
-  refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "levels deep");
+  refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "nesting deeper than 100 at");
   const int ok = limits::kMaxTemplateDepth - 10;  // each parenthesis is one level
   EXPECT_EQ(render("{{ " + std::string(ok, '(') + "1" + std::string(ok, ')') + " }}"), "1");
   std::string nots, minuses;
   for (int i = 0; i < d; ++i) nots += "not ", minuses += "- ";
-  refused("{{ " + nots + "true }}", "levels deep");
-  refused("{{ " + minuses + "1 }}", "levels deep");
+  refused("{{ " + nots + "true }}", "nesting deeper than 100 at");
+  refused("{{ " + minuses + "1 }}", "nesting deeper than 100 at");
   EXPECT_EQ(render("{{ not not true }} {{ - - 1 }} {{ -+-1 }}"), "True 1 1");
   std::string chain = "1";
   for (int i = 0; i < d; ++i) chain += " + 1";
-  refused("{{ " + chain + " }}", "levels deep");          // a long operator chain is a deep tree too
+  refused("{{ " + chain + " }}", "nesting deeper than 100 at");          // a long operator chain is a deep tree too
   refused("{{ x" + std::string(static_cast<size_t>(d) * 6, ' ').replace(0, std::string::npos, [&] {
             std::string f;
             for (int i = 0; i < d; ++i) f += "|trim";
             return f;
-          }()) + " }}", "levels deep");
+          }()) + " }}", "nesting deeper than 100 at");
   std::string ifs;
   for (int i = 0; i < d; ++i) ifs += "{% if true %}";
   for (int i = 0; i < d; ++i) ifs += "{% endif %}";
-  refused(ifs, "levels deep");
+  refused(ifs, "nesting deeper than 100 at");
   refused("{{ range(2000000)|length }}", "list of more than");
   refused("{{ range(-9223372036854775807, 9223372036854775807)|length }}", "list of more than");
   refused("{{ 'ab' * 1000000000000 }}", "MiB");
@@ -204,6 +205,17 @@ TEST(ChatTemplate, ErrorsNameTheConstruct) {
   EXPECT_THROW(ChatTemplate("{{ x ", "t"), Error);
   EXPECT_THROW(render("{{ raise_exception('nope') }}"), Error);
   EXPECT_THROW(render("{{ x|frobnicate }}"), Error);
+  // An empty subscript (found by chat_template_fuzz: it was evaluated as a null operand).
+  EXPECT_ERROR(ChatTemplate("{{ namespace(a=x[]) }}", "t.jinja"), "t.jinja: ", "an empty subscript '[]'");
+  EXPECT_ERROR(ChatTemplate("{{ x[] }}", "t.jinja"), "an empty subscript");
+  EXPECT_EQ(render("{{ 'abc'[:] }}"), "abc");
+  // Numbers past their type: refused with the template's name, not std::out_of_range (found by
+  // chat_template_fuzz); a string or a double too large for int clamps instead of overflowing.
+  EXPECT_ERROR(ChatTemplate("{{ 99999999999999999999 }}", "t.jinja"), "t.jinja: ",
+               "the integer 99999999999999999999 is out of the 64-bit range");
+  EXPECT_ERROR(ChatTemplate("{{ 1" + std::string(400, '0') + ".5 }}", "t.jinja"), "is out of the double range");
+  EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
+  EXPECT_EQ(render("{{ '99999999999999999999'|int }}"), "0");
 }
 
 }  // namespace

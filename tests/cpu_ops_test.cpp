@@ -444,6 +444,39 @@ TEST(CpuOps, CrossEntropy) {
   }
 }
 
+// Huge but finite logits (issue 28): all equal at +-1e30 the loss is ln V, not 0 (m + log V
+// rounded to m); the gradient is 1/V - onehot; a non-finite logit gives a non-finite loss
+// (for the non-finite policy), never a number.
+TEST(CpuOps, CrossEntropyStableForEveryFiniteRow) {
+  const int64_t V = 7;
+  const Ids targets = {2, 5};
+  for (double level : {1e30, -1e30, 1e300, 3e38}) {
+    SCOPED_TRACE(level);
+    Vec logits(2 * V, level), losses(2), dl(2 * V);
+    cpu::cross_entropy_forward_backward(dl.data(), losses.data(), logits.data(), targets.data(), 2, V, 1.0);
+    for (double l : losses) EXPECT_NEAR(l, std::log(7.0), 1e-15);
+    for (int64_t j = 0; j < V; ++j) EXPECT_NEAR(dl[j], 1.0 / 7 - (j == 2 ? 1 : 0), 1e-15);
+    if (std::fabs(level) < 3.4e38) {
+      std::vector<float> lf(2 * V, static_cast<float>(level)), lossf(2), dlf(2 * V);
+      cpu::cross_entropy_forward_backward(dlf.data(), lossf.data(), lf.data(), targets.data(), 2, V, 1.0);
+      for (float l : lossf) EXPECT_NEAR(l, std::log(7.0), 1e-6);
+    }
+  }
+  // One logit far above the rest: the loss is the gap, exactly.
+  Vec logits(V, 1e30), losses(1), dl(V);
+  logits[3] = 1e30 + 1e20;
+  const Ids t3 = {0};
+  cpu::cross_entropy_forward_backward(dl.data(), losses.data(), logits.data(), t3.data(), 1, V, 1.0);
+  EXPECT_DOUBLE_EQ(losses[0], logits[3] - logits[0]);
+  // Non-finite in: non-finite out.
+  for (double bad : {kNaN, std::numeric_limits<double>::infinity()}) {
+    Vec l2(V, 1.0), loss2(1), d2(V);
+    l2[4] = bad;
+    cpu::cross_entropy_forward_backward(d2.data(), loss2.data(), l2.data(), t3.data(), 1, V, 1.0);
+    EXPECT_FALSE(std::isfinite(loss2[0])) << bad;
+  }
+}
+
 // ---- matmul, add, axpy -----------------------------------------------------------
 struct Trans {
   bool a, b;

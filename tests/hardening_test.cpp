@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <csignal>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "core/limits.h"
 #include "expect_error.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -121,6 +123,56 @@ TEST(SafetensorsHeader, ANameGivenTwiceIsRefused) {
   EXPECT_ERROR(SafetensorsFile::open(dir + "/dup.safetensors"), "dup.safetensors: the header lists tensor 'a' twice");
 }
 
+// More entries than the stated limit: refused while the header is parsed, in time linear in its
+// size (every check of the entries is a sort or a lookup: n log n); the limit itself is fine.
+TEST(SafetensorsHeader, EntriesAreBoundedAndCheckedInNLogN) {
+  const std::string dir = test::temp_dir("many_entries");
+  auto write = [&](const std::string& name, size_t entries) {
+    std::string header = "{";
+    for (size_t i = 0; i < entries; ++i)
+      header += (i ? ",\"" : "\"") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    header += "}";
+    std::string file(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(file.data(), &n, 8);
+    put(dir + "/" + name, file + header);
+  };
+  write("over.safetensors", limits::kMaxSafetensorsEntries + 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ERROR(SafetensorsFile::open(dir + "/over.safetensors"),
+               "over.safetensors: the header lists more than 1048576 tensors (the limit of one file)");
+  write("many.safetensors", 200000);
+  EXPECT_EQ(SafetensorsFile::open(dir + "/many.safetensors").entries().size(), 200000u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+}
+
+// Checksums at rest (issue 28, class 7): one flipped byte, a truncated or missing file, or an
+// entry that leaves the folder is refused with one line naming the file; a folder without the
+// list (written before checksums) passes.
+TEST(Checksums, EveryByteOfEveryFile) {
+  const std::string dir = test::temp_dir("checksums");
+  EXPECT_FALSE(verify_checksums(dir));
+  fs::create_directories(dir + "/model");
+  put(dir + "/model/w.safetensors", std::string(1000, 'x'));
+  put(dir + "/trainer_state.json", "{}");
+  write_checksums(dir);
+  EXPECT_TRUE(verify_checksums(dir));
+  const json list = json::parse(slurp(dir + "/checksums.json"));
+  EXPECT_EQ(list["files"].size(), 2u);
+  EXPECT_EQ(list["files"]["model/w.safetensors"]["bytes"], 1000);
+
+  std::string flipped(1000, 'x');
+  flipped[700] ^= 0x01;
+  put(dir + "/model/w.safetensors", flipped);
+  EXPECT_ERROR(verify_checksums(dir), dir + "/model/w.safetensors: checksum mismatch (crc32 ", "the file is damaged");
+  put(dir + "/model/w.safetensors", std::string(999, 'x'));
+  EXPECT_ERROR(verify_checksums(dir), "w.safetensors: 999 bytes, but 1000 when it was written");
+  fs::remove(dir + "/model/w.safetensors");
+  EXPECT_ERROR(verify_checksums(dir), "w.safetensors: missing (listed in");
+  put(dir + "/checksums.json", R"({"algorithm": "crc32", "files": {"../x": {"bytes": 1, "crc32": "00000000"}}})");
+  EXPECT_ERROR(verify_checksums(dir), "checksums.json: entry '../x' is not a file inside");
+}
+
 TEST(SafetensorsHeader, AnAbsurdHeaderLengthIsRefusedBeforeParsing) {
   const std::string dir = test::temp_dir("big_header");
   std::string file(8, '\0');
@@ -202,7 +254,7 @@ TEST(TrainConfigLimits, RangesAndBudgets) {
   EXPECT_ERROR(load_train_config(dir + "/bomb.yaml", base), "bomb.yaml: the YAML expands to more than 1048576 nodes");
   std::string deep(100, '[');
   put(dir + "/deep.yaml", "steps: " + deep + std::string(100, ']') + "\n");
-  EXPECT_ERROR(load_train_config(dir + "/deep.yaml", base), "deep.yaml: the YAML nests deeper than 64 levels");
+  EXPECT_ERROR(load_train_config(dir + "/deep.yaml", base), "deep.yaml: nesting deeper than 64 at line 1");
 }
 
 }  // namespace

@@ -492,6 +492,37 @@ TEST(HfConfigErrors, UnsupportedModels) {
   EXPECT_ERROR(parse(o), "cfg.json", "'hidden_act' ('gelu') is not supported");
 }
 
+// Both spellings of one thing, saying different things, are refused (issue 28): the RoPE block
+// as rope_parameters and rope_scaling (another type, another factor, a yarn field present in one
+// only), and the base as rope_theta beside rope_parameters.rope_theta. A base out of its stated
+// range is refused at load, not blamed on the weights after the run.
+TEST(HfConfigErrors, RopeGivenTwiceMustAgree) {
+  json both = minimal();
+  both["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1e4},
+                             {"original_max_position_embeddings", 1024}};
+  both["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 2048}};
+  EXPECT_ERROR(parse(both), "cfg.json: 'rope_parameters'", "and 'rope_scaling'", "disagree; keep one of them");
+  both["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  EXPECT_ERROR(parse(both), "disagree");
+  both["rope_scaling"] = both["rope_parameters"];
+  EXPECT_EQ(parse(both).rope.factor, 4.0);  // the same contents: fine
+  json theta = minimal();
+  theta["rope_theta"] = 500000.0;
+  theta["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}};
+  EXPECT_ERROR(parse(theta), "cfg.json: 'rope_theta' (500000) and 'rope_parameters.rope_theta' (10000) disagree");
+  theta["rope_parameters"]["rope_theta"] = 500000.0;
+  EXPECT_EQ(parse(theta).rope.theta, 500000.0);
+  for (double bad : {0.5, 1e13, 1e300}) {
+    json t = minimal();
+    t["rope_theta"] = bad;
+    EXPECT_ERROR(parse(t), "cfg.json: field 'rope_theta' must be in [1, 1000000000000] (the RoPE base)");
+    json p = minimal();
+    p.erase("rope_theta");
+    p["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", bad}};
+    EXPECT_ERROR(parse(p), "field 'rope_parameters.rope_theta' must be in [1, 1000000000000]");
+  }
+}
+
 TEST(HfConfigErrors, UnsupportedRope) {
   json j = minimal();
   j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
@@ -516,7 +547,7 @@ TEST(HfConfigErrors, UnsupportedRope) {
   EXPECT_ERROR(parse(l), "cfg.json", "'rope_scaling.high_freq_factor' (1) must be larger");
   json m = minimal();
   m["rope_theta"] = -1.0;
-  EXPECT_ERROR(parse(m), "cfg.json", "'rope_theta' (-1) must be positive");
+  EXPECT_ERROR(parse(m), "cfg.json", "'rope_theta' must be in [1, 1000000000000] (the RoPE base), got -1");
 }
 
 TEST(HfConfigErrors, LoadNamesThePath) {

@@ -4,9 +4,14 @@
 // the whole document must always decode to the template's rendering of the whole chat.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
+
 #include "core/error.h"
+#include "core/limits.h"
+#include "expect_error.h"
 #include "data/sft.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
@@ -179,6 +184,27 @@ TEST(Sft, TemplatesThatCannotBeSplitAreRefused) {
     EXPECT_NE(e.message().find("test:1: the chat template"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("assistant message 2 cannot be told apart"), std::string::npos) << e.message();
   }
+}
+
+// A template that renders nothing is an error naming the template and the record, not an empty
+// document (a dataset of 0 tokens, prepared with exit 0); a record of more messages than the
+// stated limit is refused before its turns are rendered (issue 28).
+TEST(Sft, EmptyRenderingsAndTooManyMessagesAreRefused) {
+  const std::string dir = test::temp_dir("sft_empty");
+  std::ofstream(dir + "/silent.jinja") << "{% for m in messages %}{% if false %}{{ m.content }}{% endif %}{% endfor %}";
+  const auto tok = make_byte_tokenizer();
+  const SftEncoder silent(*tok, dir + "/silent.jinja", std::nullopt, ojson::object());
+  const ojson r = {{"messages", {msg("user", "Hi"), msg("assistant", "Hello.")}}};
+  EXPECT_ERROR(silent.encode(r, "chat.jsonl:3"), "chat.jsonl:3: the chat template (" + dir + "/silent.jinja) renders nothing");
+  std::ofstream(dir + "/plain.jinja") << "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}";
+  const SftEncoder plain(*tok, dir + "/plain.jinja", std::nullopt, ojson::object());
+  ojson many = ojson::array();
+  for (size_t i = 0; i < limits::kMaxChatMessages + 1; ++i) many.push_back(msg(i % 2 ? "assistant" : "user", "x"));
+  EXPECT_ERROR(plain.encode({{"messages", many}}, "chat.jsonl:4"),
+               "chat.jsonl:4: 1025 messages, more than the 1024-message limit of one record");
+  many.erase(many.size() - 1);
+  // 512 "<user>x\n" (8 bytes) and 512 "<assistant>x\n" (13 bytes), one token a byte.
+  EXPECT_EQ(plain.encode({{"messages", many}}, "chat.jsonl:5").ids.size(), 512u * 21);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/rank_agreement.h"
 #include "train/step.h"
 
 namespace ulysses {
@@ -112,6 +113,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
   if (!find_max) check_tokens_fit_host("bench: a step", B * S, host_memory_available());
   const bool optimize = !args.has("no-optimizer");
   const bool profiling = args.has("profile");
+  // Before the first collective: every rank was started with the same options (another --seq on
+  // one rank died inside MPI).
+  check_ranks_agree(world, {{"options", std::vector<std::string>(argv + 1, argv + argc)}}, "bench");
 
   EngineConfig engine_config = engine_config_from(args, optimize);
   Engine engine(engine_config, world);

@@ -17,8 +17,11 @@
 #include "cli/commands.h"
 #include "comm/launch_env.h"
 #include "core/error.h"
+#include "core/json_depth.h"
+#include "core/limits.h"
 #include "io/chat_template.h"
 #include "io/model_folder.h"
+#include "io/regular_file.h"
 #include "io/tokenizer.h"
 #include "model/decoder.h"
 #include "train/engine.h"
@@ -83,7 +86,10 @@ std::vector<int32_t> eos_ids(const std::string& dir, const Tokenizer& tok) {
   std::error_code ec;
   if (fs::is_regular_file(g, ec)) {
     try {
-      const nlohmann::json j = nlohmann::json::parse(std::ifstream(g));
+      // Read whole within the JSON limit and depth-checked: the value is copied below.
+      const std::string text = read_text_file(g.string(), "generation config", limits::kMaxJsonBytes);
+      check_json_depth(text, g.string());
+      const nlohmann::json j = nlohmann::json::parse(text);
       const nlohmann::json e = j.value("eos_token_id", nlohmann::json());
       if (e.is_number_integer()) out.push_back(e.get<int32_t>());
       if (e.is_array())

@@ -12,6 +12,7 @@
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "train/memory_plan.h"
+#include "train/rank_agreement.h"
 #include "train/step.h"
 
 namespace ulysses {
@@ -32,6 +33,15 @@ Tensor whole_gradient(const LlamaWeights& w, Backend& backend, const Parameter& 
   }
   all_gather_blocks(*w.sharding().group, backend, flat);
   return whole;
+}
+
+// FNV-1a over the batch's ids, targets and positions: two ranks with other batch files differ here.
+std::string tokens_hash(const TokenBatch& b) {
+  uint64_t h = 1469598103934665603ull;
+  for (const std::vector<int32_t>* v : {&b.ids, &b.targets, &b.positions})
+    for (int32_t x : *v)
+      for (int k = 0; k < 4; ++k) h = (h ^ ((static_cast<uint32_t>(x) >> (8 * k)) & 0xff)) * 1099511628211ull;
+  return std::to_string(h);
 }
 
 }  // namespace
@@ -58,6 +68,16 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   ModelFolder folder = ModelFolder::open(model_dir);
   const ModelConfig& config = folder.config();
   TokenBatch batch = load_batch_file(batch_path, config.vocab_size);
+  // Before the first collective: every rank read the same options, model and batch (a rank with
+  // another batch file died inside MPI with MPI_ERR_TRUNCATE).
+  check_ranks_agree(world,
+                    {{"options", std::vector<std::string>(argv + 1, argv + argc)},
+                     {"model", {{"vocab_size", config.vocab_size}, {"hidden_size", config.hidden_size},
+                                {"num_hidden_layers", config.num_hidden_layers},
+                                {"num_attention_heads", config.num_attention_heads},
+                                {"num_key_value_heads", config.num_key_value_heads}, {"head_dim", config.head_dim}}},
+                     {"batch", {{"rows", batch.B}, {"length", batch.S}, {"tokens_hash", tokens_hash(batch)}}}},
+                    "loss-grad");
 
   Engine engine(engine_config_from(args, /*optimizer=*/false), world);
   Backend* backend = &engine.backend();

@@ -2,6 +2,7 @@
 // command, sets up the world communicator, and turns any error into one clear
 // line and a non-zero exit on every rank (aborting the others, never hanging).
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <sstream>
@@ -124,6 +125,15 @@ int main(int argc, char** argv) {
     // Sizes are checked against stated limits and plans before allocating; this is what is left.
     std::cerr << ("ulysses " + command + ": error: out of host memory (an allocation failed); the inputs or "
                   "options ask for more memory than this host has\n") << std::flush;
+    if (world && world->size() > 1) world->abort(1);
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the checks before did not foresee (a parent that is a file, a folder without
+    // permission): still one line naming the path, not an internal error.
+    std::ostringstream line;
+    line << "ulysses " << command << ": error: " << (e.path1().empty() ? std::string("a path") : e.path1().string())
+         << ": " << e.code().message() << '\n';
+    std::cerr << line.str() << std::flush;
     if (world && world->size() > 1) world->abort(1);
     return 1;
   } catch (const std::exception& e) {

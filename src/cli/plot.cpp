@@ -18,6 +18,7 @@
 
 #include "cli/args.h"
 #include "cli/plot_image.h"
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "io/png.h"
 
@@ -70,6 +71,7 @@ Metrics read_metrics(const std::string& path) {
     ++m.lines;
     const std::string where = path + ":" + std::to_string(lineno);
     nlohmann::json j;
+    check_json_depth(line, "plot: " + where);
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {

@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "io/tokenizer.h"
@@ -43,6 +44,7 @@ int run_tokenize(int argc, char** argv) {
 
   if (args.has("decode")) {
     nlohmann::json j;
+    check_json_depth(input, "tokenize --decode: stdin");
     try {
       j = nlohmann::json::parse(input);
     } catch (const nlohmann::json::exception& e) {

@@ -24,6 +24,10 @@ std::string number_text(double v) {
 
 }  // namespace
 
+void refuse_nesting(const std::string& file, int limit, const std::string& where) {
+  ULY_FAIL(file << ": nesting deeper than " << limit << " at " << where);
+}
+
 std::string describe_range(const IntRange& r) {
   std::ostringstream os;
   os << "[" << r.lo << ", ";

@@ -26,6 +26,9 @@ struct RealRange {
 std::string describe_range(const IntRange& r);
 std::string describe_range(const RealRange& r);
 
+// Throws the one refusal of too deep a nesting: "<file>: nesting deeper than <limit> at <where>".
+[[noreturn]] void refuse_nesting(const std::string& file, int limit, const std::string& where);
+
 // Returns v, or throws an Error "<what> must be in <range> (<note>), got <v>".
 int64_t check_in_range(const std::string& what, int64_t v, const IntRange& r);
 // Also refuses NaN and infinity.
@@ -74,6 +77,10 @@ inline constexpr IntRange kHidden{1, 1 << 17, "hidden_size"};
 inline constexpr IntRange kIntermediate{1, 1 << 19, "intermediate_size"};
 inline constexpr IntRange kHeads{1, 1 << 12, "attention heads"};
 inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
+// The RoPE base: the frequencies are theta^(-2i/d). Models use 1e4 .. 1e7; below 1 the
+// rotations speed up with the dimension, and far above 1e12 every frequency but the first
+// rounds to 0 (a run then trains a model without positions, silently).
+inline constexpr RealRange kRopeTheta{1, 1e12, false, false, "the RoPE base"};
 // Token ids are int32.
 inline constexpr IntRange kVocab{1, std::numeric_limits<int32_t>::max(), "vocab_size"};
 // A tokenizer.json's token ids: 2^22 (16× the largest vocabulary in use, Gemma's 262K). The id ->
@@ -91,6 +98,17 @@ inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;        // train config
 inline constexpr size_t kMaxTokenizeBytes = size_t{1} << 30;     // `tokenize`'s stdin (whole in memory)
 inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;         // nodes after alias expansion
 inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Hugging Face's reader
+// Tensors in one safetensors file: 2^20 (a shard of the largest models holds a few thousand;
+// DeepSeek-V3 has 91K in all). Counted while the header is parsed, before any entry is checked.
+inline constexpr size_t kMaxSafetensorsEntries = size_t{1} << 20;
+
+// Nesting. Every reader that recurses (or whose values are later walked recursively: copies,
+// comparisons, dumps) checks the depth before it goes one level deeper, so that a file of a
+// million '[' is refused with one line instead of overflowing the stack. A config.json or
+// tokenizer.json nests 6 levels, a training config 2; the limits leave room for any real file.
+inline constexpr int kMaxJsonDepth = 128;   // every JSON document read (files, JSON Lines records, stdin)
+inline constexpr int kMaxYamlDepth = 64;    // training configs
+inline constexpr int kMaxTokenizerSequenceDepth = 16;  // normalizer / pre-tokenizer / decoder Sequences
 
 // Chat templates (io/chat_template.cpp): a template comes with a model folder, so what it can
 // make the renderer do is bounded. Nesting of tags and of expressions (the parser and the
@@ -98,8 +116,14 @@ inline constexpr size_t kMaxSafetensorsHeader = size_t{100} << 20;  // as Huggin
 // loop over range(10**9) stops), and the size of any string or list a render builds.
 inline constexpr int kMaxTemplateDepth = 100;
 inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 24;
-inline constexpr size_t kMaxTemplateBytes = size_t{256} << 20;  // the output, and any string value
+// The output, and any string value: 64 MiB (a million-token conversation renders to a few MB; at
+// 256 MiB one input of chat_template_fuzz built strings for 13 s under the sanitizers).
+inline constexpr size_t kMaxTemplateBytes = size_t{64} << 20;
 inline constexpr size_t kMaxTemplateItems = size_t{1} << 20;    // a list (range(), list + list)
+// Messages in one SFT record. The loss mask is found by rendering the conversation up to and
+// through each assistant turn, so a record's work grows with the square of its messages: 1024
+// bounds it (agent traces run to a few hundred).
+inline constexpr size_t kMaxChatMessages = 1024;
 
 }  // namespace limits
 }  // namespace ulysses

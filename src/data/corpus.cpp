@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "data/sft.h"
 
@@ -154,6 +155,7 @@ bool CorpusReader::next(CorpusDocument& doc) {
       ++line_;
       if (line_buf_.find_first_not_of(" \t\r") == std::string::npos) continue;
       nlohmann::ordered_json j;
+      check_json_depth(line_buf_, f.path + ":" + std::to_string(line_));
       try {
         j = nlohmann::ordered_json::parse(line_buf_);
       } catch (const nlohmann::json::exception& e) {

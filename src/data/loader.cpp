@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "data/permutation.h"
@@ -271,6 +272,7 @@ std::string DataLoader::state_json() const {
 
 void DataLoader::restore_json(const std::string& text) {
   nlohmann::json j;
+  check_json_depth(text, "data loader state");
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -319,7 +321,9 @@ std::vector<std::string> resolve_shards(const std::string& spec, const std::stri
   ULY_CHECK(fs::exists(manifest, ec), spec << ": folder has no manifest.json; is it the --out of 'ulysses prepare'?");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text_file(manifest.string(), "manifest", limits::kMaxJsonBytes));
+    const std::string text = read_text_file(manifest.string(), "manifest", limits::kMaxJsonBytes);
+    check_json_depth(text, manifest.string());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(manifest.string() << ": invalid JSON (" << e.what() << ")");
   }

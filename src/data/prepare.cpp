@@ -215,6 +215,9 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
       try {
         if (docs[i].sft) encoded[i] = sft.encode(docs[i].record, docs[i].where);
         else encoded[i].ids = tok->encode(docs[i].text, o.add_special_tokens && docs[i].first);
+      } catch (const Error& e) {  // its message: what() also carries the source file and line
+#pragma omp critical(prepare_error)
+        if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.message();
       } catch (const std::exception& e) {
 #pragma omp critical(prepare_error)
         if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.what();

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace ulysses {
 
@@ -53,6 +54,11 @@ SftDocument SftEncoder::encode_chat(const ojson& messages, size_t first_trained,
             where << ": \"messages\" need a chat template, and the tokenizer's folder has none (no chat_template in "
                      "tokenizer_config.json, no chat_template.jinja); give one with --chat-template FILE|DIR");
   ULY_CHECK(messages.is_array() && !messages.empty(), where << ": \"messages\" must be a non-empty list");
+  // The turns are found by rendering the conversation up to each assistant message: work that
+  // grows with the square of the messages, bounded by the limit (core/limits.h).
+  ULY_CHECK(messages.size() <= limits::kMaxChatMessages,
+            where << ": " << messages.size() << " messages, more than the " << limits::kMaxChatMessages
+                  << "-message limit of one record; split the conversation");
   for (size_t i = 0; i < messages.size(); ++i) {
     const ojson& m = messages[i];
     ULY_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
@@ -77,6 +83,10 @@ SftDocument SftEncoder::encode_chat(const ojson& messages, size_t first_trained,
     }
   };
   const std::string full = render(messages.size(), false);
+  // A template that renders nothing would make every record an empty document: a dataset of 0
+  // tokens, prepared with exit 0.
+  ULY_CHECK(!full.empty(), where << ": the chat template (" << template_origin_
+                                 << ") renders nothing for this conversation of " << messages.size() << " messages");
   const std::string eos_text = specials_.is_object() && specials_.contains("eos_token") &&
                                        specials_["eos_token"].is_string()
                                    ? specials_["eos_token"].get<std::string>() : std::string();

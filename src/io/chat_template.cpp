@@ -3,15 +3,20 @@
 #include "io/chat_template.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 
@@ -19,6 +24,21 @@ namespace ulysses {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Number text without std::stoll/stod, which throw std::out_of_range past the type's range (found
+// by chat_template_fuzz: a 90-digit literal ended the process instead of refusing the template).
+std::optional<int64_t> int_of(std::string_view s) {
+  int64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+std::optional<double> float_of(std::string_view s) {
+  double v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || s.empty() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
 using json = nlohmann::ordered_json;
 
 json undefined() { return json(json::value_t::discarded); }
@@ -218,8 +238,10 @@ ExprP make(Expr::Kind k) {
 struct NestGuard {
   int& depth;
   NestGuard(int& d, const std::string& where) : depth(d) {
-    ULY_CHECK(++depth <= limits::kMaxTemplateDepth,
-              where << ": nested more than " << limits::kMaxTemplateDepth << " levels deep");
+    if (++depth > limits::kMaxTemplateDepth) {
+      --depth;  // the destructor does not run when the constructor throws
+      refuse_nesting(where, limits::kMaxTemplateDepth, "a tag or expression");
+    }
   }
   ~NestGuard() { --depth; }
   NestGuard(const NestGuard&) = delete;
@@ -365,7 +387,17 @@ class ExprParser {
     }
     if (t.kind == Tok::Int || t.kind == Tok::Float) {
       auto e = make(Expr::Lit);
-      e->value = t.kind == Tok::Int ? json(std::stoll(t.text)) : json(std::stod(t.text));
+      if (t.kind == Tok::Int) {
+        const std::optional<int64_t> v = int_of(t.text);
+        ULY_CHECK(v, where_ << ": the integer " << t.text.substr(0, 40) << (t.text.size() > 40 ? "..." : "")
+                            << " is out of the 64-bit range");
+        e->value = *v;
+      } else {
+        const std::optional<double> v = float_of(t.text);
+        ULY_CHECK(v, where_ << ": the number " << t.text.substr(0, 40) << (t.text.size() > 40 ? "..." : "")
+                            << " is out of the double range");
+        e->value = *v;
+      }
       ++p_;
       return e;
     }
@@ -445,6 +477,8 @@ class ExprParser {
           }
         }
         expect_op("]");
+        // x[] names no item (found by chat_template_fuzz: evaluated as a null operand).
+        ULY_CHECK(slice || idx[0], where_ << ": an empty subscript '[]'; give an index or a slice");
         auto s = make(slice ? Expr::Slice : Expr::Index);
         adopt(*s, std::move(e));
         for (int k = 0; k < (slice ? 3 : 1); ++k) adopt(*s, std::move(idx[k]));
@@ -506,8 +540,7 @@ class ExprParser {
   // enough for the recursive evaluation and destruction.
   void deepen(Expr& parent, const Expr& child) {
     parent.depth = std::max(parent.depth, child.depth + 1);
-    ULY_CHECK(parent.depth <= limits::kMaxTemplateDepth,
-              where_ << ": an expression nested more than " << limits::kMaxTemplateDepth << " levels deep");
+    if (parent.depth > limits::kMaxTemplateDepth) refuse_nesting(where_, limits::kMaxTemplateDepth, "an expression");
   }
   void adopt(Expr& parent, ExprP child) {
     if (child) deepen(parent, *child);
@@ -744,12 +777,12 @@ class Renderer {
         case Node::Set: {
           json v = eval(*n.expr);
           if (n.targets.size() == 1) {
-            scopes_.back()[n.targets[0]] = v;
+            scopes_.back()[n.targets[0]] = checked_depth(std::move(v));
           } else {
             json* ns = lookup(n.targets[0]);
             ULY_CHECK(ns && ns->is_object(), origin_ << ": '{% set " << n.targets[0] << "." << n.targets[1]
                                                      << " %}' needs " << n.targets[0] << " to be a namespace()");
-            (*ns)[n.targets[1]] = v;
+            (*ns)[n.targets[1]] = checked_depth(std::move(v), 1);  // the value alone: not the whole namespace
           }
           break;
         }
@@ -841,6 +874,23 @@ class Renderer {
               origin_ << ": the template built a list of more than " << limits::kMaxTemplateItems << " items");
   }
 
+  // A value the template builds (a list, a mapping, a namespace) nests at most kMaxTemplateDepth
+  // levels: a loop of `set ns.a = [ns.a]` would otherwise nest once per step, and printing,
+  // tojson, == and copies of it recurse once per level. Walked without recursion; the walk
+  // costs what the copy into the new value already cost.
+  // `within`: the levels above v once it is stored (1 for a namespace attribute).
+  json checked_depth(json v, int within = 0) const {
+    std::vector<std::pair<const json*, int>> todo{{&v, 1 + within}};
+    while (!todo.empty()) {
+      const auto [p, d] = todo.back();
+      todo.pop_back();
+      if (!p->is_structured()) continue;
+      if (d > limits::kMaxTemplateDepth) refuse_nesting(origin_, limits::kMaxTemplateDepth, "a value the template built");
+      for (const json& c : *p) todo.emplace_back(&c, d + 1);
+    }
+    return v;
+  }
+
   [[noreturn]] void type_error(const std::string& what, const json& v) {
     ULY_FAIL(origin_ << ": " << what << " (got " << (is_undef(v) ? "undefined" : v.type_name()) << " "
                      << py_str(v, true) << ")");
@@ -848,14 +898,16 @@ class Renderer {
 
   static int64_t to_int(const json& v) {
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+    if (v.is_number()) {  // clamped: a double past 2^63 cast to int64 is undefined
+      const double d = v.get<double>();
+      if (std::isnan(d)) return 0;
+      if (d >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+      if (d <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(d);
+    }
     if (v.is_boolean()) return v.get<bool>();
     if (v.is_string()) {
-      try {
-        return std::stoll(v.get<std::string>());
-      } catch (...) {
-        return 0;
-      }
+      return int_of(v.get<std::string>()).value_or(0);
     }
     return 0;
   }
@@ -985,7 +1037,7 @@ class Renderer {
     if (f == "namespace") {
       json ns = json::object();
       for (const auto& [k, v] : e.kwargs) ns[k] = eval(*v);
-      return ns;
+      return checked_depth(std::move(ns));
     }
     if (f == "range") {
       int64_t a = 0, b = 0, step = 1;
@@ -1032,7 +1084,7 @@ class Renderer {
       if (q == std::string::npos) q = path.size();
       const std::string part = path.substr(p, q - p);
       const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-      out = index(out, digits && out.is_array() ? json(std::stoll(part)) : json(part));
+      out = index(out, digits && out.is_array() ? json(int_of(part).value_or(std::numeric_limits<int64_t>::max())) : json(part));
       p = q + 1;
     }
     return out;
@@ -1277,12 +1329,12 @@ class Renderer {
       case Expr::List: {
         json out = json::array();
         for (const auto& a : e.args) out.push_back(eval(*a));
-        return out;
+        return checked_depth(std::move(out));
       }
       case Expr::Dict: {
         json out = json::object();
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) out[py_str(eval(*e.args[k]))] = eval(*e.args[k + 1]);
-        return out;
+        return checked_depth(std::move(out));
       }
       case Expr::Bin: break;
     }
@@ -1333,8 +1385,10 @@ json read_tokenizer_config(const fs::path& dir) {
   const fs::path p = dir / "tokenizer_config.json";
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return json::object();
+  const std::string text = read_file_text(p);
+  check_json_depth(text, p.string());
   try {
-    return json::parse(read_file_text(p));
+    return json::parse(text);
   } catch (const json::exception& e) {
     ULY_FAIL(p.string() << ": invalid JSON (" << e.what() << ")");
   }
@@ -1388,6 +1442,7 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
 
 json parse_chat_template_kwargs(const std::string& text, const std::string& option) {
   json kwargs;
+  check_json_depth(text, option);
   try {
     kwargs = json::parse(text);
   } catch (const json::exception& e) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "io/json_fields.h"
@@ -172,6 +173,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
 ModelConfig load_hf_config(const std::string& path) {
   const std::string text = read_text_file(path, "config", limits::kMaxJsonBytes);
   json j;
+  check_json_depth(text, path);
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {

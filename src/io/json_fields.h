@@ -66,6 +66,10 @@ class JsonFields {
   double opt_positive_number(const char* key, double fallback) const {
     return has(key) ? positive_number(key) : fallback;
   }
+  // A number within the stated range (core/limits.h), or the fallback when absent.
+  double opt_number_in(const char* key, double fallback, const RealRange& range) const {
+    return has(key) ? check_in_range(source_ + ": field '" + name(key) + "'", number(key), range) : fallback;
+  }
 
   bool opt_bool(const char* key, bool fallback) const {
     if (!has(key)) return fallback;

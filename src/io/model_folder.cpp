@@ -10,9 +10,11 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/regular_file.h"
 
 namespace ulysses {
@@ -34,6 +36,7 @@ std::string strip_slashes(std::string s) {
 
 json read_json_file(const std::string& path) {
   const std::string text = read_text_file(path, "JSON file", limits::kMaxJsonBytes);
+  check_json_depth(text, path);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -71,6 +74,9 @@ ModelFolder ModelFolder::open(const std::string& dir) {
   const std::string config_path = join(dir, "config.json");
   ULY_CHECK(fs::exists(config_path, ec), dir << ": no config.json (a model folder needs config.json plus "
                                              << kSingle << " or " << kIndex << ")");
+  // A folder we wrote (a checkpoint's model/) lists its files' checksums: a flipped bit in a
+  // tensor would otherwise load as a number.
+  verify_checksums(dir);
   m.config_ = load_hf_config(config_path);
 
   const std::string single = join(dir, kSingle), index = join(dir, kIndex);

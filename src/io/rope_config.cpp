@@ -87,7 +87,7 @@ RopeConfig parse_rope(const json& j, const std::string& src, int64_t max_positio
   RopeConfig rope;
   // A top-level original_max_position_embeddings (Phi-3 style) is yarn's default, as transformers takes it.
   const int64_t original = f.opt_positive("original_max_position_embeddings", max_positions);
-  const double top_theta = f.opt_positive_number("rope_theta", 10000.0);
+  const double top_theta = f.opt_number_in("rope_theta", 10000.0, limits::kRopeTheta);
   const bool v5 = f.has("rope_parameters"), v4 = f.has("rope_scaling");
   if (v5 && v4) {
     // Both spellings present: accepted only when they say the same thing.
@@ -102,7 +102,11 @@ RopeConfig parse_rope(const json& j, const std::string& src, int64_t max_positio
     const json& rp = f.object("rope_parameters");
     parse_block(rp, "rope_parameters", src, original, max_positions, &rope);
     JsonFields rf(rp, src, "rope_parameters.");
-    rope.theta = rf.opt_positive_number("rope_theta", top_theta);
+    rope.theta = rf.opt_number_in("rope_theta", top_theta, limits::kRopeTheta);
+    // Both the top-level rope_theta and rope_parameters' present: only when they agree.
+    ULY_CHECK(!f.has("rope_theta") || !rf.has("rope_theta") || rope.theta == top_theta,
+              src << ": 'rope_theta' (" << top_theta << ") and 'rope_parameters.rope_theta' (" << rope.theta
+                  << ") disagree; keep one of them");
   } else {
     rope.theta = top_theta;
     if (v4) parse_block(f.object("rope_scaling"), "rope_scaling", src, original, max_positions, &rope);

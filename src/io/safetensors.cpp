@@ -12,9 +12,11 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
 
@@ -84,6 +86,47 @@ bool as_size(const nlohmann::json& v, uint64_t* out) {
 
 }  // namespace
 
+namespace {
+
+// The events of a JSON text, keeping only the top-level keys: the first one given twice, and the
+// count checked against limits::kMaxSafetensorsEntries as each is seen. Malformed JSON ends the
+// pass quietly; the parse that follows reports it.
+struct TopLevelKeys : nlohmann::json_sax<nlohmann::json> {
+  const std::string& path;
+  int depth = 0;
+  std::unordered_set<std::string> names;
+  std::string twice;
+  explicit TopLevelKeys(const std::string& p) : path(p) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& k) override {
+    if (depth != 1) return true;
+    if (!names.insert(k).second && twice.empty()) twice = k;
+    ULY_CHECK(names.size() - names.count("__metadata__") <= limits::kMaxSafetensorsEntries,
+              path << ": the header lists more than " << limits::kMaxSafetensorsEntries
+                   << " tensors (the limit of one file): the file is corrupt or not a safetensors file");
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+std::string repeated_top_level_key(const char* begin, const char* end, const std::string& path) {
+  TopLevelKeys keys(path);
+  nlohmann::json::sax_parse(begin, end, &keys);
+  return keys.twice;
+}
+
+}  // namespace
+
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
@@ -125,19 +168,16 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                  << "-byte limit for a safetensors header: the file is corrupt or not a safetensors file");
   map->data_start = 8 + static_cast<size_t>(header_len);
 
-  // A name given twice would silently keep only the last entry: the top-level keys are
-  // collected as they are parsed and a repeated one refused.
+  // A name given twice would silently keep only the last entry, and more entries than the limit
+  // are refused before the header is built: a first pass over the text's events collects the
+  // top-level names (linear; nlohmann's parse with a callback rescans the parent object at
+  // each entry's end, quadratic in the entries), then the plain parse builds the header.
+  check_json_depth(std::string_view(map->base + 8, static_cast<size_t>(header_len)),
+                   path);
+  const std::string twice = repeated_top_level_key(map->base + 8, map->base + map->data_start, path);
   nlohmann::json header;
-  std::set<std::string> names;
-  std::string twice;
-  auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
-        !names.insert(parsed.get<std::string>()).second && twice.empty())
-      twice = parsed.get<std::string>();
-    return true;
-  };
   try {
-    header = nlohmann::json::parse(map->base + 8, map->base + map->data_start, note_keys);
+    header = nlohmann::json::parse(map->base + 8, map->base + map->data_start);
   } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(path << ": malformed JSON header (" << header_len << " bytes): " << e.what());
   }

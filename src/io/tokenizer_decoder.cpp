@@ -2,6 +2,7 @@
 // text back. Byte-level files use ByteLevel; SentencePiece-style files use
 // Replace("▁", " ") + ByteFallback + Fuse + Strip(" ", 1, 0) (Llama 2, Mistral) or Metaspace.
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/tokenizer_parts.h"
 #include "io/tokenizer_unicode.h"
 
@@ -56,7 +57,7 @@ void parse_metaspace(const nlohmann::json& j, const std::string& where, std::str
   *scheme = metaspace_scheme(j, where);
 }
 
-std::vector<DecodeStep> parse_decoder(const nlohmann::json& dec, const std::string& path) {
+std::vector<DecodeStep> parse_decoder(const nlohmann::json& dec, const std::string& path, int depth) {
   std::vector<DecodeStep> steps;
   if (dec.is_null()) return steps;
   const std::string type = json_type(dec);
@@ -64,8 +65,10 @@ std::vector<DecodeStep> parse_decoder(const nlohmann::json& dec, const std::stri
   using T = DecodeStep::Type;
   if (type == "Sequence") {
     ULY_CHECK(dec.contains("decoders") && dec["decoders"].is_array(), where << " Sequence needs a 'decoders' array");
+    if (depth + 1 > limits::kMaxTokenizerSequenceDepth)
+      refuse_nesting(path, limits::kMaxTokenizerSequenceDepth, "decoder Sequence");
     for (const nlohmann::json& d : dec["decoders"]) {
-      auto inner = parse_decoder(d, path);
+      auto inner = parse_decoder(d, path, depth + 1);
       steps.insert(steps.end(), inner.begin(), inner.end());
     }
     return steps;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "io/regular_file.h"
@@ -70,6 +71,7 @@ class HfBpeTokenizer final : public Tokenizer {
 HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   const std::string text = read_text_file(path, "tokenizer", limits::kMaxTokenizerBytes);
   json root;
+  check_json_depth(text, path);
   try {
     root = json::parse(text);
   } catch (const json::exception& e) {
@@ -265,7 +267,9 @@ void HfBpeTokenizer::load_special_ids(const json& root) {
   if (fs::exists(config, ec)) {
     json c;
     try {
-      c = json::parse(read_text_file(config.string(), "tokenizer config", limits::kMaxJsonBytes));
+      const std::string text = read_text_file(config.string(), "tokenizer config", limits::kMaxJsonBytes);
+      check_json_depth(text, config.string());
+      c = json::parse(text);
     } catch (const json::exception& e) {
       ULY_FAIL(config.string() << ": invalid JSON (" << e.what() << ")");
     }

@@ -1,6 +1,7 @@
 // tokenizer.json's normalizer: Unicode normal forms and the string edits that
 // SentencePiece-style files use (Llama 2's Prepend("▁") + Replace(" ", "▁"), Gemma's Replace).
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/tokenizer_parts.h"
 #include "io/tokenizer_unicode.h"
 #include "io/unicode_normalization.h"
@@ -30,7 +31,7 @@ void replace_in(std::string& s, std::string_view from, std::string_view to) {
   s.swap(out);
 }
 
-std::vector<NormStep> parse_normalizer(const nlohmann::json& norm, const std::string& path) {
+std::vector<NormStep> parse_normalizer(const nlohmann::json& norm, const std::string& path, int depth) {
   std::vector<NormStep> steps;
   if (norm.is_null()) return steps;
   const std::string type = json_type(norm);
@@ -38,8 +39,10 @@ std::vector<NormStep> parse_normalizer(const nlohmann::json& norm, const std::st
   if (type == "Sequence") {
     ULY_CHECK(norm.contains("normalizers") && norm["normalizers"].is_array(),
               where << " Sequence needs a 'normalizers' array");
+    if (depth + 1 > limits::kMaxTokenizerSequenceDepth)
+      refuse_nesting(path, limits::kMaxTokenizerSequenceDepth, "normalizer Sequence");
     for (const nlohmann::json& n : norm["normalizers"]) {
-      auto inner = parse_normalizer(n, path);
+      auto inner = parse_normalizer(n, path, depth + 1);
       steps.insert(steps.end(), inner.begin(), inner.end());
     }
     return steps;

@@ -32,7 +32,9 @@ struct NormStep {
 
 // Reads tokenizer.json's "normalizer" (null: none). Supported: NFC, NFD, NFKC, NFKD,
 // Prepend, Replace (a String pattern), Strip, and a Sequence of them.
-std::vector<NormStep> parse_normalizer(const nlohmann::json& norm, const std::string& path);
+// depth: of the Sequence being read; one nested deeper than limits::kMaxTokenizerSequenceDepth is
+// refused before recursing (a hostile file could otherwise nest until the stack overflows).
+std::vector<NormStep> parse_normalizer(const nlohmann::json& norm, const std::string& path, int depth = 0);
 std::string normalize(const std::vector<NormStep>& steps, std::string_view text);
 // A Replace step's String pattern and its content (a Regex pattern is refused, naming `where`).
 std::string replace_pattern(const nlohmann::json& step, const std::string& where, std::string* content);
@@ -158,7 +160,8 @@ struct DecodeStep {
 
 // Reads tokenizer.json's "decoder" (null: no steps). Supported: ByteLevel, Metaspace,
 // Replace (a String pattern), ByteFallback, Fuse, Strip, and a Sequence of them.
-std::vector<DecodeStep> parse_decoder(const nlohmann::json& dec, const std::string& path);
+// depth: as parse_normalizer's.
+std::vector<DecodeStep> parse_decoder(const nlohmann::json& dec, const std::string& path, int depth = 0);
 // HF's decode_chain over the tokens' spellings, then concatenated; without steps the
 // tokens are joined with spaces (as HF does). Always valid UTF-8.
 std::string decode_tokens(const std::vector<DecodeStep>& steps, std::vector<std::string> tokens);

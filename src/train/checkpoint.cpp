@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_depth.h"
 #include "core/limits.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/model_folder.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
@@ -78,6 +80,10 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
     j["fingerprint"] = state.fingerprint;
     j["format_version"] = 1;
     write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2));
+    // Checksums of what was written, before COMPLETE: model/ has its own list (checked when the
+    // folder is loaded as a model), the checkpoint's covers every file (checked at resume).
+    write_checksums((tmp / "model").string());
+    write_checksums(tmp.string());
     if (const char* kill = std::getenv("ULYSSES_TEST_KILL_DURING_SAVE"))  // fault injection for the tests
       if (std::atoll(kill) == state.step) std::raise(SIGKILL);
     write_file_atomic((tmp / "COMPLETE").string(), "ok\n");
@@ -146,8 +152,15 @@ TrainerState read_trainer_state(const std::string& dir) {
   const std::string text = read_text_file(path, "trainer state", limits::kMaxJsonBytes);
   TrainerState s;
   try {
+    check_json_depth(text, path);
     const nlohmann::json j = nlohmann::json::parse(text);
-    s.step = j.at("step");
+    // An integer within the steps limit (a float or a huge count would convert silently and
+    // resume a run that trains nothing).
+    const nlohmann::json& step = j.at("step");
+    ULY_CHECK(step.is_number_integer(), path << ": invalid trainer state: step " << step.dump() << " is not an integer");
+    s.step = check_in_range(path + ": step", step.is_number_unsigned() && step.get<uint64_t>() > uint64_t(limits::kInt64Max)
+                                                 ? limits::kInt64Max : step.get<int64_t>(),
+                            limits::kStepCount);
     s.loader = j.at("loader");
     s.mesh.world = j.at("mesh").at("world");
     s.mesh.sp = j.at("mesh").at("sp");
@@ -158,7 +171,6 @@ TrainerState read_trainer_state(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     ULY_FAIL(path << ": invalid trainer state: " << e.what());
   }
-  ULY_CHECK(s.step >= 0, path << ": invalid trainer state: step " << s.step);
   ULY_CHECK(s.optimizer_shards >= 0 && s.optimizer_shards <= limits::kSpDegree.hi,
             path << ": invalid trainer state: optimizer_shards " << s.optimizer_shards);
   return s;

@@ -1,7 +1,5 @@
 #include "train/train_config.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -13,6 +11,7 @@
 #include "core/nearest.h"
 #include "io/regular_file.h"
 #include "train/engine_option_table.h"
+#include "train/yaml_reader.h"
 
 namespace ulysses {
 namespace {
@@ -61,60 +60,6 @@ tokenizer: ""           # folder whose tokenizer/chat-template files go into eve
                         # default: the model folder's, else the tokenizer data.train was prepared with
 # The engine (the same options as the flags of bench, loss-grad and plan: train/engine_option_table.cpp):
 )";
-
-// Converts YAML to JSON, counting nodes as aliases expand: a few lines of anchors
-// and aliases can stand for billions of nodes (an "alias bomb"), refused here.
-struct YamlBudget {
-  const std::string& source;
-  size_t nodes = 0;
-  void count(int depth) {
-    ULY_CHECK(++nodes <= limits::kMaxYamlNodes,
-              source << ": the YAML expands to more than " << limits::kMaxYamlNodes
-                     << " nodes (aliases of aliases?); a training config is a few dozen keys");
-    ULY_CHECK(depth <= 64, source << ": the YAML nests deeper than 64 levels; a training config has 2");
-  }
-};
-
-nlohmann::json yaml_to_json(const YAML::Node& n, YamlBudget& budget, int depth = 0) {
-  budget.count(depth);
-  switch (n.Type()) {
-    case YAML::NodeType::Null: return nullptr;
-    case YAML::NodeType::Map: {
-      nlohmann::json j = nlohmann::json::object();
-      for (const auto& kv : n) {
-        budget.count(depth + 1);
-        ULY_CHECK(kv.first.IsScalar(), budget.source << ": a key must be a plain name, got a "
-                                                     << (kv.first.IsMap() ? "mapping" : "list"));
-        j[kv.first.Scalar()] = yaml_to_json(kv.second, budget, depth + 1);
-      }
-      return j;
-    }
-    case YAML::NodeType::Sequence: {
-      nlohmann::json j = nlohmann::json::array();
-      for (const auto& e : n) j.push_back(yaml_to_json(e, budget, depth + 1));
-      return j;
-    }
-    default: {
-      const std::string s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted
-      if (s == "true" || s == "True") return true;
-      if (s == "false" || s == "False") return false;
-      if (s == "null" || s == "~") return nullptr;
-      // from_chars, not stoll/stod: no exception per non-number (an alias-expanded config
-      // can hold a million scalars).
-      const char* first = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
-      const char* last = s.data() + s.size();
-      long long i = 0;
-      if (auto r = std::from_chars(first, last, i); r.ec == std::errc() && r.ptr == last && first != last) return i;
-      double d = 0;
-      // "nan" and "inf" stay text: a folder may be called nan, and no option takes them as numbers.
-      if (auto r = std::from_chars(first, last, d); r.ec == std::errc() && r.ptr == last && first != last &&
-                                                    std::isfinite(d))
-        return d;
-      return s;
-    }
-  }
-}
 
 void collect_keys(const nlohmann::json& j, const std::string& prefix, std::vector<std::string>& out) {
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -260,17 +205,7 @@ void check_key_ranges(const nlohmann::json& cfg) {
   }
 }
 
-nlohmann::json parse_yaml_text(const std::string& text, const std::string& source) {
-  try {
-    YAML::Node n = YAML::Load(text);
-    if (!n.IsDefined() || n.IsNull()) return nlohmann::json::object();
-    YamlBudget budget{source};
-    return yaml_to_json(n, budget);
-  } catch (const YAML::Exception& e) {
-    ULY_FAIL(source << ": invalid YAML at line " << e.mark.line + 1 << ", column " << e.mark.column + 1 << ": "
-                    << e.msg);
-  }
-}
+nlohmann::json parse_yaml_text(const std::string& text, const std::string& source) { return read_yaml(text, source); }
 
 // A tenth of x as its shortest decimal digits say: 3.0e-4 gives exactly 3.0e-5, where
 // x * 0.1 would be 2.9999999999999997e-5.

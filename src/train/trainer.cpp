@@ -17,6 +17,7 @@
 #include "comm/launch_env.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/model_folder.h"
 #include "io/regular_file.h"
 #include "io/tensorboard.h"
@@ -28,6 +29,8 @@
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
+#include "train/out_dir.h"
+#include "train/rank_agreement.h"
 #include "train/run_lock.h"
 #include "train/step.h"
 
@@ -150,14 +153,30 @@ void install_stop_signal_handlers() {
 
 struct Trainer::State {
   State(const TrainConfig& c, Communicator& w, TrainerHooks h)
-      : cfg(c), world(w), hooks(std::move(h)), engine(c.engine, w), mc(model_config_for(c)), rank0(w.rank() == 0),
-        out_dir(c.out_dir), metrics_path(out_dir / "metrics.jsonl"), rows(c.batch_size * c.grad_accum) {}
+      : cfg(c),
+        world(w),
+        hooks(std::move(h)),
+        mc(model_config_for(c)),
+        agreed(ranks_agree(c, mc, w)),
+        engine(c.engine, w),
+        rank0(w.rank() == 0),
+        out_dir(c.out_dir),
+        metrics_path(out_dir / "metrics.jsonl"),
+        rows(c.batch_size * c.grad_accum) {}
+
+  // Before the first collective of the run (NCCL's set-up, the mesh's splits): every rank must
+  // have read the same config and model (ranks apart ran, or died in MPI).
+  static bool ranks_agree(const TrainConfig& c, const ModelConfig& mc, Communicator& w) {
+    check_ranks_agree(w, {{"config", c.as_json}, {"model", run_fingerprint(c, mc, {}, nullptr)}}, "train");
+    return true;
+  }
 
   const TrainConfig& cfg;
   Communicator& world;
   TrainerHooks hooks;
-  Engine engine;
   const ModelConfig mc;
+  const bool agreed;
+  Engine engine;
   const bool rank0;
   const fs::path out_dir, metrics_path;
   const int64_t rows;  // sequences per optimizer step
@@ -212,7 +231,7 @@ void Trainer::State::plan_memory() {
 
 void Trainer::State::open_run_folder() {
   if (rank0) {
-    fs::create_directories(out_dir);
+    prepare_out_dir(cfg.out_dir);  // before the lock: its run.lock marks the folder as a run of ours
     lock = std::make_unique<RunLock>(cfg.out_dir);
     check_fresh_out_dir(cfg.out_dir, cfg.resume, cfg.overwrite);
   }
@@ -256,6 +275,7 @@ void Trainer::State::open_data() {
                              << "extend the RoPE (rope_scaling) in config.json for long-context training");
   this_mesh = CheckpointMesh{m.world_size(), m.sp_size(), m.dp_size()};
   fingerprint = run_fingerprint(cfg, mc, this_mesh, {{"train", train->fingerprint()}});
+  check_ranks_agree(world, fingerprint, "train");  // the data too: the same path may hold other files on another node
 }
 
 Trainer::Trainer(const TrainConfig& config, Communicator& world, TrainerHooks hooks)
@@ -283,7 +303,12 @@ int64_t Trainer::resume() {
   const auto ckpt = latest_checkpoint(cfg.out_dir);
   ULY_CHECK(ckpt.has_value(), "train: resume asked but " << (s.out_dir / "checkpoints").string()
                                                           << " holds no complete checkpoint");
+  // Every file as it was written (rank 0 reads them; a refusal there aborts the others).
+  if (s.rank0) verify_checksums(*ckpt);
   const TrainerState st = read_trainer_state(*ckpt);
+  // Past the last step the loop would not run: a "resumed" run that trains nothing and exits 0.
+  ULY_CHECK(st.step <= cfg.steps, "train: " << *ckpt << " is at step " << st.step << ", past this run's steps="
+                                            << cfg.steps << "; nothing would be trained (raise steps to go on)");
   // The checkpoint holds whole tensors (or the state in blocks of known layout) and a global data
   // position, so any mesh can take it up; only the order of the sums changes, which is why it
   // takes reshard=true.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -292,6 +293,37 @@ TYPED_TEST(CudaOps, CrossEntropy) {
     const auto loss_alias = download(d_loss);
     EXPECT_CLOSE(dl_alias, ref_d, Elem<T>::tol);
     EXPECT_CLOSE(loss_alias, ref_loss, kF32Tol);
+  }
+}
+
+// Huge but finite logits (issue 28): all equal at +-1e30 the loss is ln V on the GPU too (it
+// was 0: logf(S) + M rounded to M before x_target was taken off); a non-finite logit gives a
+// non-finite loss. Both kernels: V = 17 takes the scalar one, V = 1024 the vectorised one.
+TYPED_TEST(CudaOps, CrossEntropyStableForHugeFiniteLogits) {
+  using T = TypeParam;
+  for (int64_t V : {17, 1024}) {
+    for (float level : {1e30f, -1e30f}) {
+      SCOPED_TRACE(testing::Message() << "V=" << V << " level=" << level);
+      const int64_t N = 2;
+      std::vector<float> logits = rounded<T>(std::vector<float>(N * V, level));
+      logits[V + 3] = std::numeric_limits<float>::quiet_NaN();  // row 1: a NaN logit
+      std::vector<int32_t> targets = {1, 0};
+      DeviceBuffer<T> d_logits(N * V), d_dlogits(N * V);
+      DeviceBuffer<int32_t> d_t(N);
+      DeviceBuffer<float> d_loss(N);
+      upload(d_logits, logits);
+      upload_i32(d_t, targets);
+      d_loss.poison();
+      cuda::cross_entropy_forward_backward(d_dlogits.get(), d_loss.get(), d_logits.get(), d_t.get(), N, V, 1.0,
+                                           this->stream);
+      this->sync();
+      const auto loss = download(d_loss);
+      EXPECT_NEAR(loss[0], std::log(static_cast<double>(V)), 1e-5);
+      EXPECT_FALSE(std::isfinite(loss[1]));
+      const auto dl = download(d_dlogits);
+      EXPECT_NEAR(dl[0], 1.0 / V, 1e-3);
+      EXPECT_NEAR(dl[1], 1.0 / V - 1, 1e-2);
+    }
   }
 }
 

@@ -25,14 +25,19 @@ void cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, cons
     }
     // Every read of the row (max, sum, target logit) happens before the first
     // write: dlogits may alias logits. The final loop reads x[j] before writing dx[j].
+    // Everything is taken relative to the row's max m and lse is never formed: at |m| ~ 1e30,
+    // m + log(sum) rounds to m, and (m + log V) - x[t] gave a loss of 0 where ln V is right.
+    // With the differences x - m (exact for nearby values) the loss and the gradient are
+    // accurate for every finite row; a non-finite logit gives a non-finite loss, for the
+    // caller's non-finite policy to refuse.
     double m = -INFINITY;
     for (int64_t j = 0; j < V; ++j) m = std::fmax(m, static_cast<double>(x[j]));
     double sum = 0;
     for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(x[j]) - m);
-    const double lse = m + std::log(sum);
-    losses[n] = static_cast<T>(lse - static_cast<double>(x[t]));
+    losses[n] = static_cast<T>(std::log(sum) - (static_cast<double>(x[t]) - m));
+    const double inv_sum = 1.0 / sum;
     for (int64_t j = 0; j < V; ++j) {
-      const double p = std::exp(static_cast<double>(x[j]) - lse);
+      const double p = std::exp(static_cast<double>(x[j]) - m) * inv_sum;
       dx[j] = static_cast<T>((p - (j == t ? 1.0 : 0.0)) * grad_scale);
     }
   }

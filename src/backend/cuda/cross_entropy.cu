@@ -35,10 +35,13 @@ __global__ void cross_entropy_kernel(T* dlogits, float* losses, const T* logits,
     return;
   }
   const float x_target = threadIdx.x == 0 ? to_f(x[t]) : 0.f;
-  // Online max and rescaled sum of exponentials per thread.
+  // Online max and rescaled sum of exponentials per thread. A NaN logit is noted apart: the
+  // max skips it, and a thread that saw nothing else would drop it from the sum.
   float m = -INFINITY, s = 0.f;
+  bool nan_seen = false;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     const float v = to_f(x[j]);
+    nan_seen |= v != v;
     if (v > m) {
       s = s * expf(m - v) + 1.f;
       m = v;
@@ -47,8 +50,12 @@ __global__ void cross_entropy_kernel(T* dlogits, float* losses, const T* logits,
     }
   }
   const float M = detail::block_max(m, scratch);
-  const float S = detail::block_sum(m == -INFINITY ? 0.f : s * expf(m - M), scratch);
-  if (threadIdx.x == 0) losses[row] = logf(S) + M - x_target;
+  // A NaN anywhere makes the sum NaN: the loss and every gradient of the row are NaN, for the
+  // non-finite policy, never a finite number.
+  const float S = detail::block_sum((m == -INFINITY ? 0.f : s * expf(m - M)) + (nan_seen ? NAN : 0.f), scratch);
+  // (M - x_target) first: at |M| ~ 1e30, logf(S) + M rounds to M and the loss came out 0
+  // where ln V is right (the CPU reference does the same).
+  if (threadIdx.x == 0) losses[row] = logf(S) + (M - x_target);
   const float inv_s = 1.f / S;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     const float p = expf(to_f(x[j]) - M) * inv_s;
@@ -80,12 +87,14 @@ __global__ void cross_entropy_vec_kernel(T* dlogits, float* losses, const T* log
   }
   const float x_target = threadIdx.x == 0 ? to_f(logits[row * V + t]) : 0.f;
   float m = -INFINITY, s = 0.f;
+  bool nan_seen = false;  // as in the scalar kernel
   for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
     const P p = x[j];
     float v[W], pm = -INFINITY;
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       v[k] = to_f(p.v[k]);
+      nan_seen |= v[k] != v[k];
       pm = fmaxf(pm, v[k]);
     }
     if (pm == -INFINITY) continue;  // a pack of -inf adds nothing
@@ -97,8 +106,12 @@ __global__ void cross_entropy_vec_kernel(T* dlogits, float* losses, const T* log
     m = nm;
   }
   const float M = detail::block_max(m, scratch);
-  const float S = detail::block_sum(m == -INFINITY ? 0.f : s * expf(m - M), scratch);
-  if (threadIdx.x == 0) losses[row] = logf(S) + M - x_target;
+  // A NaN anywhere makes the sum NaN: the loss and every gradient of the row are NaN, for the
+  // non-finite policy, never a finite number.
+  const float S = detail::block_sum((m == -INFINITY ? 0.f : s * expf(m - M)) + (nan_seen ? NAN : 0.f), scratch);
+  // (M - x_target) first: at |M| ~ 1e30, logf(S) + M rounds to M and the loss came out 0
+  // where ln V is right (the CPU reference does the same).
+  if (threadIdx.x == 0) losses[row] = logf(S) + (M - x_target);
   const float inv_s = 1.f / S;
   for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
     const P p = x[j];
