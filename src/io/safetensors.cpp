@@ -125,6 +125,58 @@ std::string repeated_top_level_key(const char* begin, const char* end, const std
   return keys.twice;
 }
 
+// One tensor's header entry, checked: its dtype known, its shape of non-negative sizes whose byte
+// count does not overflow, its data_offsets inside the data section and exactly that long.
+SafetensorsInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e,
+                            size_t data_size) {
+  const std::string where = path + ": tensor '" + name + "'";
+  ULY_CHECK(e.is_object(), where << " must be an object {dtype, shape, data_offsets}, got " << e.type_name());
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    ULY_CHECK(e.contains(field), where << " has no '" << field << "' field");
+
+  SafetensorsInfo info;
+  info.name = name;
+  ULY_CHECK(e["dtype"].is_string(), where << ": 'dtype' must be a string, got " << e["dtype"].dump());
+  const std::string dt = e["dtype"].get<std::string>();
+  ULY_CHECK(parse_safetensors_dtype(dt, &info.dtype),
+            where << " has unsupported dtype '" << dt << "' (supported: " << supported_dtypes() << ")");
+
+  const nlohmann::json& shape = e["shape"];
+  ULY_CHECK(shape.is_array(), where << ": 'shape' must be an array of non-negative integers, got " << shape.dump());
+  // numel * dtype_size must not overflow before we compare it with the byte range.
+  uint64_t numel = 1;
+  bool overflow = false, any_zero = false;
+  for (const auto& d : shape) {
+    uint64_t v = 0;
+    ULY_CHECK(as_size(d, &v) && v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+              where << ": 'shape' must be an array of non-negative integers, got " << shape.dump());
+    info.shape.push_back(static_cast<int64_t>(v));
+    if (v == 0) any_zero = true;
+    else if (numel > std::numeric_limits<uint64_t>::max() / 8 / v) overflow = true;
+    numel *= v;
+  }
+  if (any_zero) {  // a zero dimension makes the tensor empty, whatever the others say
+    overflow = false;
+    numel = 0;
+  }
+
+  const nlohmann::json& off = e["data_offsets"];
+  uint64_t begin = 0, end = 0;
+  ULY_CHECK(off.is_array() && off.size() == 2 && as_size(off[0], &begin) && as_size(off[1], &end),
+            where << ": 'data_offsets' must be [begin, end] with non-negative integers, got " << off.dump());
+  ULY_CHECK(begin <= end, where << " data_offsets [" << begin << ", " << end << "] have begin > end");
+  ULY_CHECK(end <= data_size, where << " data_offsets [" << begin << ", " << end << "] overrun the data section ("
+                                    << data_size << " bytes): the file is truncated or corrupt");
+  const uint64_t want = numel * dtype_size(info.dtype);
+  ULY_CHECK(!overflow && end - begin == want,
+            where << " data_offsets [" << begin << ", " << end << "] hold " << end - begin << " bytes but " << dt
+                  << " x shape " << shape_str(info.shape) << " needs "
+                  << (overflow ? std::string("more than 2^64") : std::to_string(want)) << " bytes");
+  info.begin = static_cast<size_t>(begin);
+  info.end = static_cast<size_t>(end);
+  return info;
+}
+
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
@@ -201,52 +253,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       }
       continue;
     }
-    const std::string where = path + ": tensor '" + name + "'";
-    ULY_CHECK(e.is_object(), where << " must be an object {dtype, shape, data_offsets}, got " << e.type_name());
-    for (const char* field : {"dtype", "shape", "data_offsets"})
-      ULY_CHECK(e.contains(field), where << " has no '" << field << "' field");
-
-    SafetensorsInfo info;
-    info.name = name;
-    ULY_CHECK(e["dtype"].is_string(), where << ": 'dtype' must be a string, got " << e["dtype"].dump());
-    const std::string dt = e["dtype"].get<std::string>();
-    ULY_CHECK(parse_safetensors_dtype(dt, &info.dtype),
-              where << " has unsupported dtype '" << dt << "' (supported: " << supported_dtypes() << ")");
-
-    const nlohmann::json& shape = e["shape"];
-    ULY_CHECK(shape.is_array(), where << ": 'shape' must be an array of non-negative integers, got " << shape.dump());
-    // numel * dtype_size must not overflow before we compare it with the byte range.
-    uint64_t numel = 1;
-    bool overflow = false, any_zero = false;
-    for (const auto& d : shape) {
-      uint64_t v = 0;
-      ULY_CHECK(as_size(d, &v) && v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                where << ": 'shape' must be an array of non-negative integers, got " << shape.dump());
-      info.shape.push_back(static_cast<int64_t>(v));
-      if (v == 0) any_zero = true;
-      else if (numel > std::numeric_limits<uint64_t>::max() / 8 / v) overflow = true;
-      numel *= v;
-    }
-    if (any_zero) {  // a zero dimension makes the tensor empty, whatever the others say
-      overflow = false;
-      numel = 0;
-    }
-
-    const nlohmann::json& off = e["data_offsets"];
-    uint64_t begin = 0, end = 0;
-    ULY_CHECK(off.is_array() && off.size() == 2 && as_size(off[0], &begin) && as_size(off[1], &end),
-              where << ": 'data_offsets' must be [begin, end] with non-negative integers, got " << off.dump());
-    ULY_CHECK(begin <= end, where << " data_offsets [" << begin << ", " << end << "] have begin > end");
-    ULY_CHECK(end <= data_size, where << " data_offsets [" << begin << ", " << end << "] overrun the data section ("
-                                      << data_size << " bytes): the file is truncated or corrupt");
-    const uint64_t want = numel * dtype_size(info.dtype);
-    ULY_CHECK(!overflow && end - begin == want,
-              where << " data_offsets [" << begin << ", " << end << "] hold " << end - begin << " bytes but " << dt
-                    << " x shape " << shape_str(info.shape) << " needs "
-                    << (overflow ? std::string("more than 2^64") : std::to_string(want)) << " bytes");
-    info.begin = static_cast<size_t>(begin);
-    info.end = static_cast<size_t>(end);
-    f.entries_.push_back(std::move(info));
+    f.entries_.push_back(parse_entry(path, name, e, data_size));
   }
 
   // File order (by offset) is the natural order to read in; ties are empty tensors.
