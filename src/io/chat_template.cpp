@@ -753,7 +753,10 @@ struct LoopContinue {};
 
 class Renderer {
  public:
-  Renderer(const std::string& origin, const json& context) : origin_(origin) { scopes_.push_back(context); }
+  Renderer(const std::string& origin, const json& context, int64_t max_steps)
+      : origin_(origin), max_steps_(max_steps) {
+    scopes_.push_back(context);
+  }
 
   void run(const std::vector<Node>& nodes, std::string& out) {
     for (const Node& n : nodes) {
@@ -861,8 +864,8 @@ class Renderer {
 
   // The bounds of limits.h: evaluation steps per render, and the size of strings and lists.
   void step() {
-    ULY_CHECK(++steps_ <= limits::kMaxTemplateSteps,
-              origin_ << ": the template took more than " << limits::kMaxTemplateSteps
+    ULY_CHECK(++steps_ <= max_steps_,
+              origin_ << ": the template took more than " << max_steps_
                       << " evaluation steps (a runaway loop?)");
   }
   void check_size(size_t bytes) const {
@@ -1366,6 +1369,7 @@ class Renderer {
   std::string origin_;
   std::vector<json> scopes_;
   int64_t steps_ = 0;
+  const int64_t max_steps_;
 };
 
 std::string read_file_text(const fs::path& p) {
@@ -1407,9 +1411,9 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string origin)
 ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 
-std::string ChatTemplate::render(const json& context) const {
+std::string ChatTemplate::render(const json& context, int64_t max_steps) const {
   std::string out;
-  Renderer r(origin_, context.is_object() ? context : json::object());
+  Renderer r(origin_, context.is_object() ? context : json::object(), max_steps);
   try {
     r.run(impl_->nodes, out);
   } catch (const LoopBreak&) {

@@ -32,6 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/limits.h"
+
 namespace ulysses {
 
 class ChatTemplate {
@@ -43,7 +45,9 @@ class ChatTemplate {
   // context: the template's variables, e.g. {"messages": [...], "add_generation_prompt": false,
   // "bos_token": "<s>", "eos_token": "</s>"}. raise_exception in the template throws an
   // Error carrying its message.
-  std::string render(const nlohmann::ordered_json& context) const;
+  // max_steps: the evaluation budget (limits::kMaxTemplateSteps; the fuzz target gives a smaller
+  // one so that each input's time stays bounded under the sanitizers).
+  std::string render(const nlohmann::ordered_json& context, int64_t max_steps = limits::kMaxTemplateSteps) const;
   const std::string& origin() const { return origin_; }
 
  private:
