@@ -60,7 +60,6 @@ TEST(EngineOptions, DefaultsAreTheSameForKeysAndFlags) {
 
 TEST(EngineOptions, EveryOptionIsAKeyAndAFlagWithTheSameEffect) {
   const std::string defaults = train_config_defaults_yaml();
-  const EngineConfig base = from_flags({});
   ASSERT_GE(engine_options().size(), 15u);
   for (const EngineOption& o : engine_options()) {
     SCOPED_TRACE(o.key + " / --" + o.flag);
@@ -72,7 +71,6 @@ TEST(EngineOptions, EveryOptionIsAKeyAndAFlagWithTheSameEffect) {
     const EngineConfig yaml = from_yaml(settings), flags = from_flags(settings);
     EXPECT_TRUE(yaml == flags) << "the key and the flag set different configs";
     EXPECT_FALSE(flags == context_only) << "the example value " << o.example << " changes nothing";
-    (void)base;
   }
 }
 
