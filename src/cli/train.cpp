@@ -19,7 +19,9 @@ namespace {
 // The faults the tests inject, read from the environment once, before the run:
 // ULYSSES_TEST_NONFINITE_AT_STEP=N puts a NaN into the first gradient element at step N (as a
 // diverging step would leave); ULYSSES_TEST_KILL_AT_STEP=N raises SIGKILL after step N, on every
-// rank or only on ULYSSES_TEST_KILL_RANK (the others then block in the next collective).
+// rank or only on ULYSSES_TEST_KILL_RANK (the others then block in the next collective);
+// ULYSSES_TEST_KILL_DURING_SAVE=N raises SIGKILL while step N's checkpoint is being saved, its files
+// written but not yet marked complete.
 TrainerHooks test_hooks_from_environment(int rank) {
   TrainerHooks hooks;
   if (const char* at = std::getenv("ULYSSES_TEST_NONFINITE_AT_STEP")) {
@@ -38,6 +40,12 @@ TrainerHooks test_hooks_from_environment(int rank) {
     const bool this_rank = kill_rank == nullptr || std::atoi(kill_rank) == rank;
     hooks.after_step = [kill_step, this_rank](int64_t step) {
       if (step == kill_step && this_rank) std::raise(SIGKILL);
+    };
+  }
+  if (const char* kill_save = std::getenv("ULYSSES_TEST_KILL_DURING_SAVE")) {
+    const long long kill_step = std::atoll(kill_save);
+    hooks.before_checkpoint_commit = [kill_step](int64_t step) {
+      if (step == kill_step) std::raise(SIGKILL);
     };
   }
   return hooks;

@@ -420,15 +420,12 @@ void LlamaModel::begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor&
   }
 }
 
-double LlamaModel::forward_loss(const SequenceShard& shard) {
-  const int64_t N = shard.S_local(), D = c_.hidden_size;
+Tensor LlamaModel::run_layers(const Tensor& ids) {
+  const int64_t N = ids.dim(0), D = c_.hidden_size;
   const DType t = be_.act_dtype();
-  Tensor ids, targets;
-  begin_sequence(shard, ids, targets);
-  const int64_t Lyr = c_.num_hidden_layers;
   Tensor x = be_.empty({N, D}, t);
   embed(ids, x);
-  for (int64_t l = 0; l < Lyr; ++l) {
+  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     ParameterStore::Held held(params_, l);
     params_.prefetch(next_forward_group(l));
     LayerActs acts;
@@ -436,16 +433,35 @@ double LlamaModel::forward_loss(const SequenceShard& shard) {
     layer_forward(l, x, acts, y);
     x = y;
   }
+  return x;
+}
+
+void LlamaModel::end_sequence() {
+  params_.drop_unused();
+  positions_ = Tensor{};
+  docs_ = Documents{};
+}
+
+double LlamaModel::forward_loss(const SequenceShard& shard) {
+  Tensor ids, targets;
+  begin_sequence(shard, ids, targets);
+  const Tensor x = run_layers(ids);
   Tensor no_grad;
   double loss_sum = 0;
   {
     ParameterStore::Held held(params_, ParameterStore::kHead);
     loss_sum = head_forward_backward(x, targets, 0.0, no_grad);
   }
-  params_.drop_unused();
-  positions_ = Tensor{};
-  docs_ = Documents{};
+  end_sequence();
   return loss_sum;
+}
+
+Tensor LlamaModel::forward_hidden(const SequenceShard& shard) {
+  Tensor ids, targets;
+  begin_sequence(shard, ids, targets);
+  Tensor x = run_layers(ids);
+  end_sequence();
+  return x;
 }
 
 double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scale,
@@ -539,9 +555,7 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
   grads_.close();
   grads_.flush();
   w_.settle_grads(be_);
-  params_.drop_unused();
-  positions_ = Tensor{};
-  docs_ = Documents{};
+  end_sequence();
   return loss_sum;
 }
 

@@ -60,6 +60,9 @@ class LlamaModel {
 
   // Forward only (evaluation): the sum of this rank's token losses; no gradients.
   double forward_loss(const SequenceShard& shard);
+  // Forward only, without the head: the last layer's output [S_local, D], before the final norm
+  // (the decoder's step, with a KV-cache attention: model/decoder.h).
+  Tensor forward_hidden(const SequenceShard& shard);
 
   const StepOptions& options() const { return options_; }
   const LlamaWeights& weights() const { return w_; }
@@ -92,6 +95,8 @@ class LlamaModel {
   // With dx undefined, forward only (no gradients).
   double head_forward_backward(const Tensor& x, const Tensor& targets, double grad_scale, Tensor& dx);
   void begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor& targets);
+  void end_sequence();  // drops the per-sequence state and any gathered weights
+  Tensor run_layers(const Tensor& ids);  // embedding and every layer's forward, no activations kept
   void linear(Tensor& y, const Tensor& x, const Parameter& w);                     // y = x W^T
   void linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx);
 

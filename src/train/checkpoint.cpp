@@ -1,9 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -84,8 +82,7 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
     // folder is loaded as a model), the checkpoint's covers every file (checked at resume).
     write_checksums((tmp / "model").string());
     write_checksums(tmp.string());
-    if (const char* kill = std::getenv("ULYSSES_TEST_KILL_DURING_SAVE"))  // fault injection for the tests
-      if (std::atoll(kill) == state.step) std::raise(SIGKILL);
+    if (options.before_commit) options.before_commit(state.step);
     write_file_atomic((tmp / "COMPLETE").string(), "ok\n");
     if (fs::exists(final_dir)) fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);

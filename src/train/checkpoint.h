@@ -11,6 +11,7 @@
 // latest is replaced atomically, so a crash or a full disk mid-save never
 // replaces the last good checkpoint.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct CheckpointSaveOptions {
   // The staging folder was prepared (prepare_checkpoint_dir) and every rank wrote its optimizer
   // shard into it; the snapshot then holds the masters only (for model/).
   bool sharded_optimizer = false;
+  // Runs when every file is written and checksummed, before COMPLETE marks the folder whole: the
+  // tests' fault injection (a kill here must leave the previous checkpoint the latest).
+  std::function<void(int64_t step)> before_commit;
 };
 
 // The folder a checkpoint of `step` is assembled in before it is renamed into place: every rank

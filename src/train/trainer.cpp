@@ -415,6 +415,7 @@ void Trainer::save(int64_t step) {
     so.dtype = save_dtype_of(s.cfg.save_dtype);
     so.asset_dirs = s.asset_dirs;
     so.keep_last = s.cfg.keep_last;
+    so.before_commit = s.hooks.before_checkpoint_commit;
     const std::string dir = save_checkpoint(s.cfg.out_dir, s.mc, snapshot, st, so);
     ULY_INFO("checkpoint: " << dir);
   }

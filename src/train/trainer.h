@@ -23,6 +23,8 @@ struct TrainerHooks {
   std::function<void(int64_t step, LlamaWeights& weights, Backend& backend)> after_backward;
   // After `step` is complete and saved if due: e.g. a SIGKILL.
   std::function<void(int64_t step)> after_step;
+  // While saving `step`, its files written but the checkpoint not yet marked complete.
+  std::function<void(int64_t step)> before_checkpoint_commit;
 };
 
 // One run: set up (engine, plan, run folder, weights, optimizer, data), then resume, step,
