@@ -197,6 +197,10 @@ class Backend {
   void add(Tensor& y, const Tensor& a, const Tensor& b);
   // y += alpha x; y and x of one dtype, or one the other's accumulator dtype.
   void axpy(Tensor& y, const Tensor& x, double alpha);
+  // x[i] = counter_uniform(seed, stream, first + i, bound) (core/counter_uniform.h), rounded to x's
+  // dtype: the random initialisation made where the weights live, element by element the same as
+  // on the host; first: the global index of x's first element (a shard's offset).
+  void init_uniform(Tensor& x, uint64_t seed, uint64_t stream, int64_t first, float bound);
   // Sum of all elements in float64 (losses, token counts).
   double sum(const Tensor& x);
   // Sum of squares in float64 (the global gradient norm).
@@ -255,6 +259,7 @@ class Backend {
   X(void, bias_backward, (Tensor&, const Tensor&))                                                               \
   X(void, add, (Tensor&, const Tensor&, const Tensor&))                                                          \
   X(void, axpy, (Tensor&, const Tensor&, double))                                                                \
+  X(void, init_uniform, (Tensor&, uint64_t, uint64_t, int64_t, float))                                          \
   X(double, sum, (const Tensor&))                                                                                \
   X(double, sum_squares, (const Tensor&))                                                                        \
   X(void, adamw_step, (Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, const AdamWParams&))                  \

@@ -433,6 +433,14 @@ void Backend::add(Tensor& y, const Tensor& a, const Tensor& b) {
 
 // y and x: one dtype, or one of them the other's accumulator dtype (y float32 += x bfloat16 on CUDA),
 // or y a bfloat16 gradient buffer taking a float32 contribution (on every backend).
+void Backend::init_uniform(Tensor& x, uint64_t seed, uint64_t stream, int64_t first, float bound) {
+  const OpCheck c(*this, "init_uniform");
+  c.data(x, "x");
+  ULY_CHECK(first >= 0, "init_uniform: the first element's index must be >= 0, got " << first);
+  ULY_CHECK(stream < (uint64_t{1} << 24), "init_uniform: stream " << stream << " does not fit the generator's 24 bits");
+  init_uniform_impl(x, seed, stream, first, bound);
+}
+
 void Backend::axpy(Tensor& y, const Tensor& x, double alpha) {
   const OpCheck c(*this, "axpy");
   if (y.dtype() == DType::BF16 && x.dtype() == DType::F32) {

@@ -63,8 +63,9 @@ TokenBatch synthetic_batch(int64_t B, int64_t S, int64_t vocab) {
 
 // The times of `steps` steps after `warmup` untimed ones (each step: zero the gradients, forward,
 // backward, the update), every rank in step; with `profile`, the timed steps' op families.
+// first_step: the first step's time, warm-up or not (it pays the plans the warm ones reuse).
 std::vector<double> time_steps(Engine& engine, AdamW* optimizer, const TokenBatch& batch, int64_t warmup,
-                               int64_t steps, StepProfile* profile) {
+                               int64_t steps, StepProfile* profile, double& first_step) {
   Backend& backend = engine.backend();
   LlamaWeights& weights = engine.weights();
   std::vector<double> times;
@@ -83,6 +84,7 @@ std::vector<double> time_steps(Engine& engine, AdamW* optimizer, const TokenBatc
     backend.synchronize();
     engine.world().barrier();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i == 0) first_step = dt;
     if (i >= warmup) times.push_back(dt);
     if (profile && i >= warmup) {
       backend.profile_flush();  // after the step's synchronize: reading the events stalls nothing
@@ -159,12 +161,16 @@ int run_bench(int argc, char** argv, Communicator& world) {
         weights, *backend, OptimizerConfig{},
         OptimizerPlacement{zero >= 1 ? &mesh.world() : nullptr, engine_config.offload_optimizer});
   const TokenBatch batch = synthetic_batch(B, S, config.vocab_size);
+  engine.mark(optimize ? "optimizer state and batch" : "batch");
+  if (world.rank() == 0) ULY_INFO("bench: " << engine.startup_report());
 
   ULY_INFO("bench: " << config.num_hidden_layers << " layers, hidden " << config.hidden_size << ", " << B << " x " << S
                      << " tokens, " << mesh.describe() << ", backend " << backend->name()
                      << (optimize ? ", with AdamW" : ", forward + backward only"));
   StepProfile profile;
-  std::vector<double> times = time_steps(engine, optimizer.get(), batch, warmup, steps, profiling ? &profile : nullptr);
+  double first_step = 0;
+  std::vector<double> times =
+      time_steps(engine, optimizer.get(), batch, warmup, steps, profiling ? &profile : nullptr, first_step);
   std::sort(times.begin(), times.end());
   const double t = times[times.size() / 2];
   const StepFlops f = step_flops(config, std::vector<int64_t>(B, S), options.checkpoint);
@@ -186,6 +192,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"peak_host_pool_bytes", mem.host.peak},
       {"working_coefficient",
        working_coefficient(mem, mesh.layout().padded_length(S) / mesh.sp_size(), config.hidden_size)}};
+  j["startup_s"] = engine.startup_json();
+  j["first_step_time_s"] = first_step;
   if (profiling) j["profile"] = profile.json();
   if (world.rank() == 0) {
     std::printf("%-28s %s\n", "step time (median)", (std::to_string(t) + " s").c_str());

@@ -9,11 +9,7 @@
 #include <string>
 #include <string_view>
 
-#if defined(__CUDACC__)
-#define ULY_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define ULY_HOST_DEVICE inline
-#endif
+#include "core/host_device.h"
 
 namespace ulysses {
 

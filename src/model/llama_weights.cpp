@@ -186,26 +186,28 @@ void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {
 
 void LlamaWeights::init_random(Backend& backend, uint64_t seed) {
   allocate(backend);
-  // A counter-based generator (splitmix64 of seed, tensor, index): parallel,
-  // and the same values whatever the thread count. Uniform with std 0.02.
-  const float a = 0.02f * std::sqrt(3.0f);
+  // Matrices: uniform with std 0.02 from the counter-based generator (core/counter_uniform.h), made
+  // on the device where they live (no host copy, no upload); biases 0 and norms 1 from the host
+  // (vectors: small).
+  const float bound = 0.02f * std::sqrt(3.0f);
   for (size_t t = 0; t < params_.size(); ++t) {
     Parameter& p = params_[t];
-    Tensor host = Tensor::empty(p.shape, DType::F32);
-    float* x = host.data<float>();
-    const int64_t n = host.numel();
     const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
     const bool is_norm = p.shape.size() == 1 && !is_bias;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      uint64_t z = seed * 0x9E3779B97F4A7C15ull + (static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(i);
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      z ^= z >> 31;
-      const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-      x[i] = is_bias ? 0.0f : is_norm ? 1.0f : (2.0f * u - 1.0f) * a;
+    if (is_bias || is_norm) {
+      Tensor host = Tensor::empty(p.shape, DType::F32);
+      std::fill(host.data<float>(), host.data<float>() + host.numel(), is_norm ? 1.0f : 0.0f);
+      set_value(backend, p, host);
+      continue;
     }
-    set_value(backend, p, host);
+    if (!weights_sharded()) {
+      backend.init_uniform(p.value, seed, t, 0, bound);
+      continue;
+    }
+    const ElementRange r = grad_range(p);
+    if (r.hi == r.lo) continue;
+    Tensor dst = p.shard.slice(0, r.hi - r.lo);
+    backend.init_uniform(dst, seed, t, r.lo, bound);
   }
 }
 

@@ -1,8 +1,13 @@
 #include "train/engine.h"
 
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
 #include "comm/launch_env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process_clock.h"
 #include "core/memory_pools.h"
 
 namespace ulysses {
@@ -47,6 +52,30 @@ Engine::Engine(const EngineConfig& config, Communicator& world)
   comm_name_ = comm_->get().name();
   mesh_ = std::make_unique<ProcessMesh>(comm_->get(), config.sp, config.ring, config.zigzag);
   config_.memory.keep_attention = config.keep_attention == KeepAttention::On;
+  mark("backend and communicator");
+}
+
+void Engine::mark(const std::string& phase) {
+  const double now = seconds_since_launch();
+  // A phase met again (plan() called twice) adds to its first entry.
+  auto it = std::find_if(startup_.begin(), startup_.end(), [&](const auto& p) { return p.first == phase; });
+  if (it != startup_.end()) it->second += now - last_mark_;
+  else startup_.emplace_back(phase, now - last_mark_);
+  last_mark_ = now;
+}
+
+std::string Engine::startup_report() const {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << "start-up " << last_mark_ << " s since launch:";
+  for (size_t i = 0; i < startup_.size(); ++i) o << (i ? ", " : " ") << startup_[i].first << " " << startup_[i].second << " s";
+  return o.str();
+}
+
+nlohmann::json Engine::startup_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [phase, s] : startup_) j[phase] = s;
+  j["total"] = last_mark_;
+  return j;
 }
 
 Engine::~Engine() = default;
@@ -83,12 +112,14 @@ Engine::Plan Engine::plan(const ModelConfig& model, int64_t seq_len, int64_t doc
     if (fits) req.options.keep_attention = config_.memory.keep_attention = true;
   }
   const MemorySnapshot memory = plan_step_memory(req);
+  mark("plan");
   return Plan{req, memory, device_budget, host_budget};
 }
 
 void Engine::check_and_reserve(const Plan& p) {
   check_plan_fits(p.request, p.memory, p.device_budget, p.host_budget, config_.spelling);
   if (config_.reserve) backend_->reserve_memory(p.memory.device.peak, p.memory.host.peak);
+  mark("reserved pools");
 }
 
 MemorySnapshot Engine::prepare_memory(const ModelConfig& model, int64_t seq_len, int64_t documents) {
@@ -102,6 +133,8 @@ LlamaWeights& Engine::load_weights(const ModelConfig& model, const ModelFolder* 
   weights_ = std::make_unique<LlamaWeights>(model, config_.memory.grad_dtype, zero_sharding(mesh_->world(), config_.zero));
   if (folder) weights_->load(*folder, *backend_);
   else weights_->init_random(*backend_, seed);
+  backend_->synchronize();  // the phase ends when the weights are on the device
+  mark(folder ? "weights (read and upload)" : "weights (random, on the device)");
   return *weights_;
 }
 

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
@@ -88,7 +92,17 @@ class Engine {
   LlamaWeights& weights() { return *weights_; }
   LlamaModel& model();
 
+  // Start-up by phase: each mark() closes a phase that began at the previous mark (the first at
+  // launch); the engine marks its own (backend and communicator, plan, reserved pools, weights),
+  // a command its others (optimizer state, data). report(): one line; json(): {phase: seconds,
+  // "total": seconds since launch}.
+  void mark(const std::string& phase);
+  std::string startup_report() const;
+  nlohmann::json startup_json() const;
+
  private:
+  std::vector<std::pair<std::string, double>> startup_;
+  double last_mark_ = 0;
   EngineConfig config_;
   Communicator& world_;
   std::unique_ptr<Backend> backend_;

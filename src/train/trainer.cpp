@@ -529,6 +529,8 @@ int Trainer::run() {
   (void)s.engine.model();
   s.flops = step_flops(s.mc, std::vector<int64_t>(s.rows, cfg.seq_len), cfg.engine.memory.checkpoint);
   s.announce();
+  s.engine.mark(cfg.resume ? "optimizer, data and resume" : "optimizer and data");
+  if (s.rank0) ULY_INFO("train: " << s.engine.startup_report() << "; the first step starts now");
   s.t_start = std::chrono::steady_clock::now();
   for (int64_t n = start + 1; n <= cfg.steps; ++n) {
     step(n);

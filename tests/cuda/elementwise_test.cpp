@@ -14,6 +14,7 @@
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/gated_activation.h"
+#include "core/counter_uniform.h"
 #include "cuda/cuda_test_util.h"
 
 namespace ulysses {
@@ -66,6 +67,25 @@ TYPED_TEST(CudaElementwise, AddAndAxpy) {
   cpu::axpy(ref_axpy.data(), a.data(), -0.75, n);
   const auto y3 = download(d_y);
   EXPECT_CLOSE(y3, ref_axpy, Elem<T>::tol);
+}
+
+// The random initialisation on the device: bit for bit the host generator's values, rounded to T the
+// way an upload of them would round (nearest even), whole and from a shard's offset.
+TYPED_TEST(CudaElementwise, InitUniformMatchesTheHostGenerator) {
+  using T = TypeParam;
+  const int64_t n = 100003, first = int64_t{1} << 33;
+  const float bound = 0.02f * std::sqrt(3.0f);
+  DeviceBuffer<T> d(n);
+  d.poison();
+  cuda::init_uniform(d.get(), 123, 17, first, bound, n, this->stream);
+  this->sync();
+  std::vector<float> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = counter_uniform(123, 17, static_cast<uint64_t>(first + i), bound);
+  ref = rounded<T>(ref);
+  const auto got = download(d);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0) << "of " << n << " elements";
 }
 
 TEST_F(CudaMisc, AxpyMixedTypes) {

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "core/counter_uniform.h"
 #include "core/step_profile.h"
 
 namespace ulysses {
@@ -281,6 +282,17 @@ class CpuBackend final : public Backend {
     dispatch(y.dtype(), [&](auto t) {
       using T = decltype(t);
       cpu::axpy(ptr<T>(y), ptr<T>(x), alpha, y.numel());
+    });
+  }
+
+  void init_uniform_impl(Tensor& x, uint64_t seed, uint64_t stream, int64_t first, float bound) override {
+    dispatch(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      T* p = ptr<T>(x);
+      const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<T>(counter_uniform(seed, stream, static_cast<uint64_t>(first + i), bound));
     });
   }
 

@@ -105,6 +105,7 @@ class CudaBackend : public Backend {
   void bias_backward_impl(Tensor& db, const Tensor& dy) override;
   void add_impl(Tensor& y, const Tensor& a, const Tensor& b) override;
   void axpy_impl(Tensor& y, const Tensor& x, double alpha) override;
+  void init_uniform_impl(Tensor& x, uint64_t seed, uint64_t stream, int64_t first, float bound) override;
   // x: host (a float dtype, or int32/int64 for sum) or device (float32, bfloat16; int32 for
   // sum); float64 accumulation.
   double sum_impl(const Tensor& x) override;

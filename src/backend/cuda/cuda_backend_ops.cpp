@@ -427,6 +427,12 @@ void CudaBackend::axpy_impl(Tensor& y, const Tensor& x, double alpha) {
   });
 }
 
+void CudaBackend::init_uniform_impl(Tensor& x, uint64_t seed, uint64_t stream, int64_t first, float bound) {
+  dispatch_act(x.dtype(), "init_uniform", [&]<class T>() {
+    cuda::init_uniform(ptr<T>(x), seed, stream, first, bound, x.numel(), stream_);
+  });
+}
+
 void CudaBackend::copy_heads_impl(Tensor& dst, int64_t dst_head0, const Tensor& src, int64_t src_head0,
                                   int64_t n_heads, bool accumulate) {
   const int64_t N = dst.dim(0), Hd = dst.dim(1), d = dst.dim(2), Hs = src.dim(1);

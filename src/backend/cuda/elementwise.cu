@@ -1,5 +1,6 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "core/counter_uniform.h"
 #include "core/error.h"
 #include "backend/cuda/elementwise.h"
 
@@ -36,6 +37,11 @@ __global__ void add_vec_kernel(T* y, const T* a, const T* b, int64_t n) {
 template <class TY, class TX>
 __global__ void axpy_kernel(TY* y, const TX* x, float alpha, int64_t n) {
   ULY_GRID_STRIDE(i, n) y[i] = from_f<TY>(to_f(y[i]) + alpha * to_f(x[i]));
+}
+
+template <class T>
+__global__ void init_uniform_kernel(T* x, uint64_t seed, uint64_t stream, int64_t first, float bound, int64_t n) {
+  ULY_GRID_STRIDE(i, n) x[i] = from_f<T>(counter_uniform(seed, stream, static_cast<uint64_t>(first + i), bound));
 }
 
 template <class To, class From>
@@ -87,7 +93,17 @@ void scale(T* x, double alpha, int64_t n, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
+template <class T>
+void init_uniform(T* x, uint64_t seed, uint64_t stream, int64_t first, float bound, int64_t n, cudaStream_t s) {
+  ULY_CHECK(n >= 0, "init_uniform: negative size " << n);
+  if (n == 0) return;
+  init_uniform_kernel<T><<<detail::grid_for(n), detail::kThreads, 0, s>>>(x, seed, stream, first, bound, n);
+  CUDA_CHECK_LAUNCH("init_uniform_kernel");
+}
+
 using bf16 = __nv_bfloat16;
+template void init_uniform<float>(float*, uint64_t, uint64_t, int64_t, float, int64_t, cudaStream_t);
+template void init_uniform<bf16>(bf16*, uint64_t, uint64_t, int64_t, float, int64_t, cudaStream_t);
 template void add<float>(float*, const float*, const float*, int64_t, cudaStream_t);
 template void add<bf16>(bf16*, const bf16*, const bf16*, int64_t, cudaStream_t);
 template void axpy<float, float>(float*, const float*, double, int64_t, cudaStream_t);

@@ -1,5 +1,6 @@
 // Element-wise CUDA ops: add, axpy (cpu twins in backend/cpu/ops.h), casts
-// between the stored float types, and in-place scaling (gradient clipping).
+// between the stored float types, in-place scaling (gradient clipping), and the random
+// initialisation's counter-based values.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -18,6 +19,9 @@ void axpy(TY* y, const TX* x, double alpha, int64_t n, cudaStream_t stream);
 // (To, From): (float, bf16), (bf16, float), (float, float), (bf16, bf16).
 template <class To, class From>
 void cast(To* dst, const From* src, int64_t n, cudaStream_t stream);
+// x[i] = counter_uniform(seed, stream, first + i, bound) rounded to T (nearest even); n elements.
+template <class T>
+void init_uniform(T* x, uint64_t seed, uint64_t stream, int64_t first, float bound, int64_t n, cudaStream_t s);
 // x *= alpha in place; n elements. T: float or bf16.
 template <class T>
 void scale(T* x, double alpha, int64_t n, cudaStream_t stream);
