@@ -180,7 +180,10 @@ void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {
                                                  << " but config.json implies " << shape_str(p.shape)
                                                  << " (check hidden_size, intermediate_size, heads, head_dim, "
                                                     "vocab_size)");
-    set_value(backend, p, file.read_f32(p.name));
+    // Stored in the dtype the weights are kept in (a bf16 checkpoint on CUDA, float32 on the CPU):
+    // the mapped bytes go to the device as they are, one copy, no conversion on the host.
+    const DType kept = weights_sharded() ? p.shard.dtype() : p.value.dtype();
+    set_value(backend, p, info.dtype == kept ? file.view(p.name) : file.read_f32(p.name));
   }
 }
 
