@@ -20,14 +20,18 @@ for c in "$@"; do
   python3 - "$root/$c-base/results.jsonl" "$root/$c-new/results.jsonl" "$c" <<'PY'
 import json, sys
 def metrics(p):
+    """The case's metrics, and its whole run's wall time as case_seconds."""
     try:
         rows = [json.loads(l) for l in open(p) if l.strip()]
     except OSError:
         return {}
-    return next((r["metrics"] for r in rows if r.get("case") == sys.argv[3]), {})
+    row = next((r for r in rows if r.get("case") == sys.argv[3]), {})
+    return dict(row.get("metrics", {}), case_seconds=row.get("seconds"))
 a, b = metrics(sys.argv[1]), metrics(sys.argv[2])
 for k in sorted(set(a) & set(b)):
     if isinstance(a[k], (int, float)) and isinstance(b[k], (int, float)) and a[k]:
         print(f"AB {sys.argv[3]} {k}: base {a[k]:.6g} new {b[k]:.6g} ratio {b[k] / a[k]:.4f}")
+for k in sorted(set(b) - set(a)):
+    print(f"AB {sys.argv[3]} {k}: new only {json.dumps(b[k])}")
 PY
 done
