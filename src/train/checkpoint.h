@@ -1,6 +1,8 @@
 // Training checkpoints: OUT/checkpoints/step-NNNNNNN/ holding
 //   model/                 a Hugging Face folder (loads in transformers as it is: weights in save_dtype,
-//                          tokenizer, chat template and generation config copied from the source)
+//                          tokenizer, chat template and generation config copied from the source), or
+//   adapter/               with LoRA: the adapters as PEFT writes them (adapter_config.json +
+//                          adapter_model.safetensors, float32; PeftModel.from_pretrained loads it on the base)
 //   optimizer.safetensors  fp32 master weights and AdamW moments, whole (the state on one rank), or
 //   optimizer/rank-RRRRR-of-PPPPP.safetensors  each rank's shard of them (the state sharded over P
 //                          ranks, ZeRO 1-3): master., exp_avg., exp_avg_sq.<name> as the rank's flat
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hf_config.h"
+#include "io/peft_adapter.h"
 #include "train/optimizer.h"
 
 namespace ulysses {
@@ -42,6 +45,8 @@ struct CheckpointSaveOptions {
   // The staging folder was prepared (prepare_checkpoint_dir) and every rank wrote its optimizer
   // shard into it; the snapshot then holds the masters only (for model/).
   bool sharded_optimizer = false;
+  // LoRA: the snapshot's masters are the adapters, written as adapter/ instead of model/.
+  const LoraConfig* lora = nullptr;
 };
 
 // The folder a checkpoint of `step` is assembled in before it is renamed into place: every rank
