@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "model/lora_weights.h"
 #include "test_util.h"
+#include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
 #include "train/step.h"
@@ -145,6 +146,18 @@ TEST(Lora, PlanCountsTheAdaptersInsteadOfTheBase) {
     measured = MemorySnapshot::of(backend->pools());
   }
   EXPECT_EQ(measured.device.peak, lora.device.peak);
+}
+
+// The base's weight-gradient GEMMs (2 N_dense per token) are not run under LoRA; the adapters'
+// three GEMMs per matmul are (6 N_lora, 8 with recompute).
+TEST(Lora, StepFlopsLeaveOutTheBasesWeightGradients) {
+  const ModelConfig c = tiny();
+  const double n = dense_matmul_params(c), p = 1000, T = 256;
+  for (bool recompute : {false, true}) {
+    const StepFlops full = step_flops(c, {256}, recompute), lora = step_flops(c, {256}, recompute, p);
+    EXPECT_DOUBLE_EQ(full.alst - lora.alst, (2 * n - (recompute ? 8 : 6) * p) * T);
+    EXPECT_DOUBLE_EQ(full.useful - lora.useful, (2 * n - 6 * p) * T);
+  }
 }
 
 }  // namespace

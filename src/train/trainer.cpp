@@ -552,7 +552,8 @@ int Trainer::run() {
   const int64_t start = resume();
   s.open_logs();
   (void)s.engine.model();
-  s.flops = step_flops(s.mc, std::vector<int64_t>(s.rows, cfg.seq_len), cfg.engine.memory.checkpoint);
+  s.flops = step_flops(s.mc, std::vector<int64_t>(s.rows, cfg.seq_len), cfg.engine.memory.checkpoint,
+                       s.engine.lora() ? static_cast<double>(s.engine.lora()->num_elements()) : 0.0);
   s.announce();
   s.t_start = std::chrono::steady_clock::now();
   for (int64_t n = start + 1; n <= cfg.steps; ++n) {
