@@ -5,24 +5,29 @@
 #include <filesystem>
 
 #include "io/model_folder.h"
+#include "io/peft_adapter.h"
+#include "model/lora_weights.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 #include "train/step.h"
 
 namespace ulysses::test {
 
-std::vector<std::string> fixture_cases() {
+namespace {
+
+std::vector<std::string> case_dirs(const std::string& root) {
   std::vector<std::string> out;
   namespace fs = std::filesystem;
-  if (!fs::exists(fixtures_dir())) return out;
-  for (const auto& e : fs::directory_iterator(fixtures_dir()))
+  if (!fs::exists(root)) return out;
+  for (const auto& e : fs::directory_iterator(root))
     if (e.is_directory() && fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
 }
 
-FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, const StepOptions& options, int ring,
-                          bool zigzag) {
+// The step over the case's batch; `trained` (the weights, or the adapters) compared with the reference.
+FixtureResult run_case(const std::string& dir, Communicator& world, int sp, const StepOptions& options, int ring,
+                       bool zigzag, const std::string& adapter_dir) {
   ModelFolder folder = ModelFolder::open(dir + "/model");
   TokenBatch batch = load_batch_file(dir + "/batch.safetensors", folder.config().vocab_size);
   ProcessMesh mesh(world, sp, ring, zigzag);
@@ -30,11 +35,17 @@ FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, c
   check_ulysses_degree(c.num_attention_heads, c.num_key_value_heads, mesh.ulysses_size(), batch.S);
   auto backend = make_cpu_backend();
   LlamaWeights weights(c);
+  std::unique_ptr<LoraWeights> lora;
+  if (!adapter_dir.empty()) {
+    weights.freeze();
+    lora = std::make_unique<LoraWeights>(c, read_peft_adapter_config(adapter_dir));
+  }
   weights.load(folder, *backend);
-  LlamaModel model(weights, *backend,
-                   make_sequence_attention(*backend, mesh, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                           c.attention_scale()),
-                   options);
+  if (lora) lora->load(adapter_dir, *backend);
+  LlamaModel model(weights, *backend, mesh, options);  // the attention built for a chunk of heads (--head-chunks)
+  if (lora) model.attach_lora(*lora);
+  ParameterSet& trained = lora ? static_cast<ParameterSet&>(*lora) : weights;
+  trained.zero_grads(*backend);
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
 
   SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
@@ -42,7 +53,7 @@ FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, c
   out.loss = r.loss;
   out.ref_loss = ref.read_f64("loss").data<double>()[0];
   out.loss_rel = std::fabs(out.loss - out.ref_loss) / std::fabs(out.ref_loss);
-  for (const Parameter& p : weights.params()) {
+  for (const Parameter& p : trained.params()) {
     const std::string name = "grad." + p.name;
     ULY_CHECK(ref.contains(name), dir << ": reference has no " << name);
     const double e = rel_error(p.grad, ref.read_f64(name));
@@ -57,6 +68,22 @@ FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, c
   ULY_CHECK(ref_grads == out.compared,
             dir << ": reference has " << ref_grads << " gradients, the engine " << out.compared);
   return out;
+}
+
+}  // namespace
+
+std::vector<std::string> fixture_cases() { return case_dirs(fixtures_dir()); }
+
+std::vector<std::string> lora_fixture_cases() { return case_dirs(fixtures_dir() + "/lora"); }
+
+FixtureResult run_fixture(const std::string& dir, Communicator& world, int sp, const StepOptions& options, int ring,
+                          bool zigzag) {
+  return run_case(dir, world, sp, options, ring, zigzag, "");
+}
+
+FixtureResult run_lora_fixture(const std::string& dir, Communicator& world, int sp, const StepOptions& options,
+                               int ring, bool zigzag) {
+  return run_case(dir, world, sp, options, ring, zigzag, dir + "/adapter");
 }
 
 }  // namespace ulysses::test

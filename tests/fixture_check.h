@@ -25,4 +25,10 @@ struct FixtureResult {
 FixtureResult run_fixture(const std::string& case_dir, Communicator& world, int sp, const StepOptions& options,
                           int ring = 1, bool zigzag = false);
 
+// LoRA cases (fixtures/lora/<case>/ with adapter/: tools/make_lora_fixtures.py), sorted.
+std::vector<std::string> lora_fixture_cases();
+// The same with the case's PEFT adapter: the base frozen, the adapters' gradients compared.
+FixtureResult run_lora_fixture(const std::string& case_dir, Communicator& world, int sp, const StepOptions& options,
+                               int ring = 1, bool zigzag = false);
+
 }  // namespace ulysses::test

@@ -6,7 +6,9 @@
       --launcher "mpirun --allow-run-as-root --oversubscribe -np 2" --extra-args "--sp 2"
 
 A case is a folder holding model/, batch.safetensors and reference.safetensors (made by
-tools/make_fixtures.py); --cases may name one case or a folder of cases. For each case:
+tools/make_fixtures.py), and adapter/ for a LoRA case (tools/make_lora_fixtures.py: run with
+--lora-adapter, the reference holds the adapters' gradients); --cases may name one case or a
+folder of cases. For each case:
   loss:  |loss - ref| / |ref|                   <= --loss-tol
   grads: ||g - ref|| / ||ref|| for every grad.* <= --grad-tol  (||g|| <= --grad-tol if ref is 0)
 and the set of grad.* names must equal the reference's, shapes must match, and NaN/Inf
@@ -87,6 +89,9 @@ def run_case(case, args, out_path):
     cmd = (shlex.split(args.launcher) if args.launcher else []) + [
         args.ulysses, "loss-grad", "--model", os.path.join(case, "model"),
         "--batch", os.path.join(case, "batch.safetensors"), "--out", out_path] + shlex.split(args.extra_args)
+    adapter = os.path.join(case, "adapter")
+    if os.path.isdir(adapter):  # a LoRA case (tools/make_lora_fixtures.py): the adapters' gradients
+        cmd += ["--lora-adapter", adapter]
     t0 = time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

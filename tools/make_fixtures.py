@@ -565,10 +565,15 @@ def make_case(c: Case, out_root: str):
         "made_with": {"torch": torch.__version__, "transformers": transformers.__version__,
                       "python": sys.version.split()[0]},
     }
-    with open(os.path.join(case_dir, "case.json"), "w") as f:
-        json.dump(info, f, indent=2)
-        f.write("\n")
+    write_json(os.path.join(case_dir, "case.json"), info)
     return info
+
+
+def write_json(path, obj):
+    """Indented, with a final newline (the case files' form)."""
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
 
 
 def main():

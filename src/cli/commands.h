@@ -14,5 +14,6 @@ int run_prepare(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_plot(int argc, char** argv);
 int run_generate(int argc, char** argv);
+int run_merge_lora(int argc, char** argv);
 
 }  // namespace ulysses

@@ -1,6 +1,7 @@
-// ulysses loss-grad --model DIR --batch BATCH.safetensors --out OUT.safetensors
+// ulysses loss-grad --model DIR --batch BATCH.safetensors --out OUT.safetensors [--lora-adapter DIR]
 // The loss and every parameter's gradient for one batch, for checking the
-// engine against PyTorch (README: "The loss-grad contract").
+// engine against PyTorch (README: "The loss-grad contract"); with a PEFT LoRA
+// adapter, the base frozen and the adapters' gradients instead.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -19,7 +20,7 @@ namespace ulysses {
 namespace {
 
 // p's whole gradient as a host float32 tensor; collective over the sharding group when sharded.
-Tensor whole_gradient(const LlamaWeights& w, Backend& backend, const Parameter& p) {
+Tensor whole_gradient(const ParameterSet& w, Backend& backend, const Parameter& p) {
   Tensor whole = Tensor::empty(p.shape, DType::F32);
   if (!w.grads_sharded()) {
     backend.copy(whole, p.grad);
@@ -51,6 +52,9 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
       {"model", true, false, "Hugging Face model folder (config.json + safetensors)"},
       {"batch", true, false, "batch safetensors: input_ids [B,S], optional labels/shift_labels/position_ids"},
       {"out", true, false, "output safetensors: loss [1] and grad.<name> for every parameter"},
+      {"lora-adapter", true, false,
+       "PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors): the base frozen, the output "
+       "holds the adapters' gradients (grad.<PEFT name>)"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs()) specs.push_back(s);
@@ -79,7 +83,10 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
                      {"batch", {{"rows", batch.B}, {"length", batch.S}, {"tokens_hash", tokens_hash(batch)}}}},
                     "loss-grad");
 
-  Engine engine(engine_config_from(args, /*optimizer=*/false), world);
+  EngineConfig engine_config = engine_config_from(args, /*optimizer=*/false);
+  const std::string adapter_dir = args.get("lora-adapter", "");
+  if (!adapter_dir.empty()) engine_config.lora = read_peft_adapter_config(adapter_dir);
+  Engine engine(engine_config, world);
   Backend* backend = &engine.backend();
   ProcessMesh& mesh = engine.mesh();
   check_ulysses_degree(config.num_attention_heads, config.num_key_value_heads, mesh.ulysses_size(), batch.S);
@@ -96,6 +103,8 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
                          << batch.S << " tokens, " << batch.valid_targets() << " targets");
 
   LlamaWeights& weights = engine.load_weights(config, &folder, 0);
+  if (!adapter_dir.empty()) engine.load_lora(adapter_dir, 0);
+  ParameterSet& trained = engine.trained();
   LlamaModel& model = engine.model();
   backend->pools().reset_peaks();
   StepResult r = compute_loss_and_grads(model, weights, *backend, mesh, batch);
@@ -107,13 +116,13 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   // Every gradient whole in host memory (gathered from the ranks' shards with ZeRO 2 and 3), so
   // that the output is the same at every stage.
   std::vector<Tensor> grads;
-  for (const Parameter& p : weights.params()) grads.push_back(whole_gradient(weights, *backend, p));
+  for (const Parameter& p : trained.params()) grads.push_back(whole_gradient(trained, *backend, p));
   // Non-finite results are refused rather than written (every rank holds the same reduced values).
   std::vector<std::string> bad;
   for (size_t i = 0; i < grads.size(); ++i)
     if (!std::all_of(grads[i].data<float>(), grads[i].data<float>() + grads[i].numel(),
                      [](float v) { return std::isfinite(v); }))
-      bad.push_back(weights.params()[i].name);
+      bad.push_back(trained.params()[i].name);
   ULY_CHECK(std::isfinite(r.loss) && bad.empty(),
             "loss-grad: the loss is " << (std::isnan(r.loss) ? std::string("NaN") : std::to_string(r.loss)) << " and " << bad.size() << " gradients hold NaN or infinity"
                                       << (bad.empty() ? std::string() : " (the first: " + bad.front() + ")")
@@ -125,7 +134,7 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
     Tensor loss = Tensor::empty({1}, DType::F32);
     loss.data<float>()[0] = static_cast<float>(r.loss);
     out.emplace_back("loss", loss);
-    for (size_t i = 0; i < grads.size(); ++i) out.emplace_back("grad." + weights.params()[i].name, grads[i]);
+    for (size_t i = 0; i < grads.size(); ++i) out.emplace_back("grad." + trained.params()[i].name, grads[i]);
     write_safetensors(out_path, out, {{"valid_targets", std::to_string(r.valid_targets)}});
     std::cout << "loss " << r.loss << " over " << r.valid_targets << " targets; wrote " << out_path << "\n";
   }

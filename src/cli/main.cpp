@@ -32,6 +32,7 @@ const CommandInfo kCommands[] = {
     {"plot", "a loss-curve PNG from a run's metrics.jsonl"},
     {"generate", "text from a model folder or checkpoint (greedy or sampled, KV cache)"},
     {"bench", "time training steps (step time, tokens/s, TFLOPS, MFU, memory)"},
+    {"merge-lora", "a model folder with a PEFT LoRA adapter merged into its weights"},
     {"plan", "the exact memory plan of a training step, per pool, without running it"},
     {"comm-bench", "the step's collectives alone: time, algorithm and bus bandwidth per size"},
     {"version", "the version of this build (also --version)"},
@@ -107,6 +108,8 @@ int main(int argc, char** argv) {
       code = run_bench(argc, argv, *world);
     } else if (command == "comm-bench") {
       code = run_comm_bench(argc, argv, *world);
+    } else if (command == "merge-lora") {
+      code = run_merge_lora(argc, argv);
     } else if (command == "plan") {
       code = run_plan(argc, argv);
     }

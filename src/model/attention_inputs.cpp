@@ -1,6 +1,7 @@
 #include "model/attention_inputs.h"
 
 #include "backend/profile_scope.h"
+#include "model/lora_linear.h"
 
 namespace ulysses {
 namespace {
@@ -26,7 +27,7 @@ void head_norm_backward(Backend& be, GradientAccumulator& grads, Tensor& dx, con
 
 void qkv_forward(Backend& be, const ModelConfig& c, const LlamaWeights::Layer& L, const HeadRange& r,
                  const Tensor& xn, const Tensor& pos, const Tensor& inv_freq, Tensor& q, Tensor& k, Tensor& v,
-                 QkNormSaved* saved) {
+                 QkNormSaved* saved, const LoraWeights* lora, int64_t layer) {
   const int64_t N = xn.dim(0), d = c.head_dim;
   const DType t = be.act_dtype();
   ProfileScope prof(be, "qkv projections");
@@ -36,6 +37,15 @@ void qkv_forward(Backend& be, const ModelConfig& c, const LlamaWeights::Layer& L
   be.matmul(q, xn, head_rows(L.wq->value, r.q0, r.q, d), false, true);
   be.matmul(k, xn, head_rows(L.wk->value, r.kv0, r.kv, d), false, true);
   be.matmul(v, xn, head_rows(L.wv->value, r.kv0, r.kv, d), false, true);
+  if (lora) {
+    const auto add = [&](Tensor& y, LoraTarget t, int64_t h0, int64_t n) {
+      if (const LoraAdapter* ad = lora->adapter(layer, t))
+        lora_forward(be, y, xn, *ad, lora->scaling(), {h0 * d, (h0 + n) * d});
+    };
+    add(q, LoraTarget::Q, r.q0, r.q);
+    add(k, LoraTarget::K, r.kv0, r.kv);
+    add(v, LoraTarget::V, r.kv0, r.kv);
+  }
   if (c.qkv_bias) {
     be.bias_add(q, head_rows(L.q_bias->value, r.q0, r.q, d));
     be.bias_add(k, head_rows(L.k_bias->value, r.kv0, r.kv, d));
@@ -86,6 +96,30 @@ void qkv_backward(Backend& be, GradientAccumulator& grads, const ModelConfig& c,
     be.bias_backward(dbk, dk.reshape({N, r.kv * d}));
     be.bias_backward(dbv, dv.reshape({N, r.kv * d}));
   }
+}
+
+void qkv_projections_backward(Backend& be, GradientAccumulator& grads, const ModelConfig& c,
+                              const LlamaWeights::Layer& L, const HeadRange& r, const Tensor& xn, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv, Tensor& dxn, bool accumulate,
+                              const LoraWeights* lora, int64_t layer) {
+  ProfileScope prof(be, "qkv projections");
+  const int64_t N = xn.dim(0), d = c.head_dim;
+  const auto one = [&](Parameter& w, LoraTarget t, const Tensor& dy, int64_t h0, int64_t n, bool add) {
+    be.matmul(dxn, dy, head_rows(w.value, h0, n, d), false, false, 1.0, add ? 1.0 : 0.0);
+    if (!grads.frozen()) {
+      double beta = 1.0;
+      // Whole heads range: the step's first contribution may overwrite (beta 0); a chunk adds.
+      Tensor& whole = n * d == w.shape[0] ? grads.first_write(w, beta) : grads.target(w);
+      Tensor wg = head_rows(whole, h0, n, d);
+      be.matmul(wg, dy, xn, true, false, 1.0, beta);
+    }
+    if (lora)
+      if (const LoraAdapter* ad = lora->adapter(layer, t))
+        lora_backward(be, dxn, *ad, dy, xn, lora->scaling(), {h0 * d, (h0 + n) * d});
+  };
+  one(*L.wq, LoraTarget::Q, dq.reshape({N, r.q * d}), r.q0, r.q, accumulate);
+  one(*L.wk, LoraTarget::K, dk.reshape({N, r.kv * d}), r.kv0, r.kv, true);
+  one(*L.wv, LoraTarget::V, dv.reshape({N, r.kv * d}), r.kv0, r.kv, true);
 }
 
 }  // namespace ulysses

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "model/gradient_accumulator.h"
 #include "model/llama_weights.h"
+#include "model/lora_weights.h"
 
 namespace ulysses {
 
@@ -26,17 +27,27 @@ struct QkNormSaved {
 
 // q: [N, h, d], k and v: [N, hkv, d] (allocated here, in the backend's act_dtype) from
 // xn: [N, D]; pos: [N] int32 global positions; inv_freq: [d/2]. saved (may be null when
-// nothing goes backward) receives what the q/k norms' backward needs.
+// nothing goes backward) receives what the q/k norms' backward needs. lora (may be null): layer
+// `layer`'s adapters on q, k and v are added to the projections (their rows of the range).
 void qkv_forward(Backend& be, const ModelConfig& c, const LlamaWeights::Layer& L, const HeadRange& r,
                  const Tensor& xn, const Tensor& pos, const Tensor& inv_freq, Tensor& q, Tensor& k, Tensor& v,
-                 QkNormSaved* saved);
+                 QkNormSaved* saved, const LoraWeights* lora = nullptr, int64_t layer = 0);
 
 // dq: [N, h, d] and dk: [N, hkv, d], the gradients of the attention's q and k, become in place
 // the gradients of the projections' outputs (through RoPE and the q/k norms: the norms' weight
 // gradients added); the biases' gradients (dv: [N, hkv, d] for v's) added too. The caller then
-// runs the projections' backward.
+// runs the projections' backward (qkv_projections_backward).
 void qkv_backward(Backend& be, GradientAccumulator& grads, const ModelConfig& c, const LlamaWeights::Layer& L,
                   const HeadRange& r, const Tensor& pos, const Tensor& inv_freq, Tensor& dq, Tensor& dk,
                   const Tensor& dv, const QkNormSaved& saved);
+
+// dxn: [N, D] (=, or += with accumulate) the gradient of the normed input through the q, k and v
+// projections of the range (dq, dk, dv as qkv_backward leaves them); their weights' gradients
+// added, or skipped when the weights are frozen (grads' model is LoRA's), and the adapters'
+// (lora, may be null) added.
+void qkv_projections_backward(Backend& be, GradientAccumulator& grads, const ModelConfig& c,
+                              const LlamaWeights::Layer& L, const HeadRange& r, const Tensor& xn, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv, Tensor& dxn, bool accumulate,
+                              const LoraWeights* lora, int64_t layer);
 
 }  // namespace ulysses

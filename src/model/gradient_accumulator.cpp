@@ -7,7 +7,8 @@
 namespace ulysses {
 
 GradientAccumulator::GradientAccumulator(LlamaWeights& weights, Backend& backend, bool overlap)
-    : w_(weights), be_(backend), uses_scratch_(weights.grad_dtype() != DType::F32 || weights.grads_sharded()),
+    : w_(weights), be_(backend), frozen_(weights.frozen()),
+      uses_scratch_(!frozen_ && (weights.grad_dtype() != DType::F32 || weights.grads_sharded())),
       overlap_(overlap) {
   const ParameterSharding& sh = w_.sharding();
   ULY_CHECK(sh.group == nullptr || sh.group->size() == sh.ranks,
@@ -22,6 +23,7 @@ int64_t GradientAccumulator::span_of(const Parameter& p) const {
 void GradientAccumulator::open(std::span<Parameter* const> group) {
   open_.clear();
   scratch_ = Tensor{};
+  if (frozen_) return;
   if (!uses_scratch_) {
     for (Parameter* p : group) open_.push_back(Open{p, p->grad, p->grad});
     return;
@@ -47,6 +49,15 @@ void GradientAccumulator::open(std::span<Parameter* const> group) {
 }
 
 Tensor& GradientAccumulator::target(Parameter& p) {
+  if (frozen_) {
+    const int64_t n = shape_numel(p.shape);
+    if (!discard_.defined() || discard_.numel() < n) {
+      discard_ = be_.empty({n}, be_.accumulator_dtype(be_.act_dtype()), Pool::Gradients);
+      be_.zero(discard_);
+    }
+    discard_view_ = discard_.slice(0, n).reshape(p.shape);
+    return discard_view_;
+  }
   if (!uses_scratch_) {
     settle_grad(p, be_);
     return p.grad;
@@ -66,6 +77,7 @@ Tensor& GradientAccumulator::first_write(Parameter& p, double& beta) {
 }
 
 void GradientAccumulator::close() {
+  if (frozen_) return;
   const ParameterSharding& sh = w_.sharding();
   if (!uses_scratch_) {
     for (Open& o : open_) settle_grad(*o.p, be_);

@@ -11,6 +11,9 @@
 //    when the group closes and runs during the next group's backward; its block is added into
 //    the shard, and its scratch freed, when the group after that opens, or at flush(). Every
 //    rank of the group must run the same groups in the same order (as many sequences each).
+// Frozen weights (LoRA's base) have no gradients: the model skips their weight GEMMs, and the
+// small ops that compute a weight's gradient beside an input's (RMSNorm, biases) write theirs
+// into a scratch that nothing reads.
 #pragma once
 #include <deque>
 #include <span>
@@ -44,6 +47,8 @@ class GradientAccumulator {
   // Sharded: waits for every reduce-scatter in flight and adds its block into the shards, so
   // that the gradient buffers are complete. The model calls it at the end of each backward.
   void flush();
+  // The weights are frozen: no gradient of theirs is kept (target() gives a scratch).
+  bool frozen() const { return frozen_; }
 
  private:
   struct Open {
@@ -68,8 +73,11 @@ class GradientAccumulator {
   int64_t span_of(const Parameter& p) const;
   LlamaWeights& w_;
   Backend& be_;
+  bool frozen_;
   bool uses_scratch_;
   bool overlap_;
+  // Frozen: the discarded gradients' buffer (the largest asked for so far) and its view.
+  Tensor discard_, discard_view_;
   // The open group's scratch: float32, the group's elements, in the Gradients pool. Sized per group
   // (the embedding's and lm_head's are several layers' size), so that a group in flight and the
   // open one hold only their own.

@@ -6,6 +6,7 @@
 #include "backend/profile_scope.h"
 #include "model/attention_inputs.h"
 #include "model/checkpoint_store.h"
+#include "model/lora_linear.h"
 #include "model/rope.h"
 
 namespace ulysses {
@@ -111,14 +112,29 @@ int64_t LlamaModel::mlp_tile_tokens(int64_t N) const {
   return (N + t - 1) / t;
 }
 
-void LlamaModel::linear(Tensor& y, const Tensor& x, const Parameter& w) { be_.matmul(y, x, w.value, false, true); }
+void LlamaModel::attach_lora(LoraWeights& lora) {
+  ULY_CHECK(w_.frozen(), "LoRA trains the adapters only: the base weights must be frozen (ParameterSet::freeze "
+                         "before they are allocated)");
+  ULY_CHECK(!w_.weights_sharded() && !w_.grads_sharded(),
+            "LoRA with ZeRO stage 2 or 3 is not supported yet (the adapters are replicated): use zero 0");
+  lora_ = &lora;
+}
 
-// dx (=|+=) dy W; dW += dy^T x.
-void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx) {
+void LlamaModel::linear(Tensor& y, const Tensor& x, const Parameter& w, const LoraAdapter* ad) {
+  be_.matmul(y, x, w.value, false, true);
+  if (ad) lora_forward(be_, y, x, *ad, lora_->scaling());
+}
+
+// dx (=|+=) dy W; dW += dy^T x unless the weights are frozen; the adapter's share and gradients.
+void LlamaModel::linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx,
+                                 const LoraAdapter* ad) {
   be_.matmul(dx, dy, w.value, false, false, 1.0, accumulate_dx ? 1.0 : 0.0);
-  double beta = 1.0;
-  Tensor& dw = grads_.first_write(w, beta);  // beta 0: the step's first contribution, nothing to add to
-  be_.matmul(dw, dy, x, true, false, 1.0, beta);
+  if (!grads_.frozen()) {
+    double beta = 1.0;
+    Tensor& dw = grads_.first_write(w, beta);  // beta 0: the step's first contribution, nothing to add to
+    be_.matmul(dw, dy, x, true, false, 1.0, beta);
+  }
+  if (ad) lora_backward(be_, dx, *ad, dy, x, lora_->scaling());
 }
 
 // x_out undefined: the recompute before a backward, which needs the layer's activations
@@ -140,7 +156,7 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
     attention_forward_chunked(l, a, kept);
   } else {
     prof.end();
-    qkv_forward(be_, c_, L, HeadRange::all(c_), a.xn1, positions_, inv_freq_, a.q, a.k, a.v, &a.qk);
+    qkv_forward(be_, c_, L, HeadRange::all(c_), a.xn1, positions_, inv_freq_, a.q, a.k, a.v, &a.qk, lora_, l);
     prof.next("attention");
     a.attn = be_.empty({N, H, d}, t);
     if (kept) attention_->restore(a.attn, a.saved, a.q, a.k, a.v, docs_, kept->out[0], kept->lse[0]);
@@ -150,6 +166,7 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& x_in, LayerActs& a, Tens
   prof.next("o-projection");
   a.x_mid = be_.empty({N, D}, t);
   be_.matmul_add(a.x_mid, a.attn, L.wo->value, false, true, x_in);  // x_mid = x_in + attn Wo^T
+  if (const LoraAdapter* ad = adapter(l, LoraTarget::O)) lora_forward(be_, a.x_mid, a.attn, *ad, lora_->scaling());
   if (L.o_bias) be_.bias_add(a.x_mid, L.o_bias->value);
   prof.end();
   mlp_forward(l, a.x_mid, a, x_out);
@@ -168,7 +185,7 @@ void LlamaModel::attention_forward_chunked(int64_t l, LayerActs& a, const KeptAt
   a.chunks.assign(static_cast<size_t>(C), AttentionSaved{});
   for (int64_t c = 0; c < C; ++c) {
     Tensor q, k, v;
-    qkv_forward(be_, c_, w_.layer(l), chunk_heads(c), a.xn1, positions_, inv_freq_, q, k, v, nullptr);
+    qkv_forward(be_, c_, w_.layer(l), chunk_heads(c), a.xn1, positions_, inv_freq_, q, k, v, nullptr, lora_, l);
     ProfileScope prof(be_, "attention");
     Tensor out = be_.empty({N, h, d}, t);
     AttentionSaved s;
@@ -197,7 +214,7 @@ void LlamaModel::attention_backward_chunked(int64_t l, LayerActs& a, const Tenso
     const HeadRange r = chunk_heads(c);
     Tensor q, k, v;
     QkNormSaved qk;
-    qkv_forward(be_, c_, L, r, xn1, positions_, inv_freq_, q, k, v, &qk);
+    qkv_forward(be_, c_, L, r, xn1, positions_, inv_freq_, q, k, v, &qk, lora_, l);
     ProfileScope prof(be_, "attention");
     AttentionSaved& s = a.chunks[c];
     Tensor out;
@@ -216,15 +233,8 @@ void LlamaModel::attention_backward_chunked(int64_t l, LayerActs& a, const Tenso
     prof.end();
     qkv_backward(be_, grads_, c_, L, r, positions_, inv_freq_, dq, dk, dv, qk);
     qk = QkNormSaved{};
-    prof.next("qkv projections");
-    const auto rows = [&](Parameter& w, const Tensor& dy, int64_t r0, int64_t r1, bool accumulate) {
-      Tensor wv = w.value.slice(r0, r1), wg = grads_.target(w).slice(r0, r1);
-      be_.matmul(dxn1, dy, wv, false, false, 1.0, accumulate ? 1.0 : 0.0);
-      be_.matmul(wg, dy, xn1, true, false, 1.0, 1.0);
-    };
-    rows(*L.wq, dq.reshape({N, h * d}), c * h * d, (c + 1) * h * d, c > 0);
-    rows(*L.wk, dk.reshape({N, hkv * d}), c * hkv * d, (c + 1) * hkv * d, true);
-    rows(*L.wv, dv.reshape({N, hkv * d}), c * hkv * d, (c + 1) * hkv * d, true);
+    prof.end();
+    qkv_projections_backward(be_, grads_, c_, L, r, xn1, dq, dk, dv, dxn1, c > 0, lora_, l);
   }
   a.chunks.clear();
 }
@@ -247,12 +257,13 @@ void LlamaModel::mlp_forward(int64_t l, const Tensor& x_mid, LayerActs& a, Tenso
     MemTagScope tag(be_.pools(), MemTag::MlpIntermediate);
     Tensor gate = be_.empty({e - b, F}, t), up = be_.empty({e - b, F}, t), h = be_.empty({e - b, F}, t);
     const Tensor xn = a.xn2.slice(b, e);
-    linear(gate, xn, *L.w_gate);
-    linear(up, xn, *L.w_up);
+    linear(gate, xn, *L.w_gate, adapter(l, LoraTarget::Gate));
+    linear(up, xn, *L.w_up, adapter(l, LoraTarget::Up));
     be_.gated_activation_forward(h, gate, up, c_.hidden_act);
     if (!recompute) {
       Tensor out = x_out.slice(b, e);
       be_.matmul_add(out, h, L.w_down->value, false, true, x_mid.slice(b, e));  // x_out = x_mid + h Wdown^T
+      if (const LoraAdapter* ad = adapter(l, LoraTarget::Down)) lora_forward(be_, out, h, *ad, lora_->scaling());
     }
     if (!tiled) {
       a.gate = gate;
@@ -279,18 +290,18 @@ void LlamaModel::mlp_backward(int64_t l, LayerActs& a, Tensor& d_mid) {
       gate = be_.empty({e - b, F}, t);
       up = be_.empty({e - b, F}, t);
       h = be_.empty({e - b, F}, t);
-      linear(gate, xn, *L.w_gate);
-      linear(up, xn, *L.w_up);
+      linear(gate, xn, *L.w_gate, adapter(l, LoraTarget::Gate));
+      linear(up, xn, *L.w_up, adapter(l, LoraTarget::Up));
       be_.gated_activation_forward(h, gate, up, c_.hidden_act);
     }
     const Tensor dy = d_mid.slice(b, e);
     Tensor dh = be_.empty({e - b, F}, t);
-    linear_backward(dh, *L.w_down, dy, h, false);
+    linear_backward(dh, *L.w_down, dy, h, false, adapter(l, LoraTarget::Down));
     Tensor dgate = be_.empty({e - b, F}, t), dup = be_.empty({e - b, F}, t);
     be_.gated_activation_backward(dgate, dup, dh, gate, up, c_.hidden_act);
     Tensor dxn = dxn2.slice(b, e);
-    linear_backward(dxn, *L.w_gate, dgate, xn, false);
-    linear_backward(dxn, *L.w_up, dup, xn, true);
+    linear_backward(dxn, *L.w_gate, dgate, xn, false, adapter(l, LoraTarget::Gate));
+    linear_backward(dxn, *L.w_up, dup, xn, true, adapter(l, LoraTarget::Up));
   }
   prof.next("rmsnorm");
   // The residual branch's gradient is already in d_mid: the norm's gradient is added to it in one pass.
@@ -314,7 +325,7 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   mlp_backward(l, a, d_mid);
   prof.next("o-projection");
   Tensor dattn = be_.empty({N, H * d}, t);
-  linear_backward(dattn, *L.wo, d_mid, a.attn, false);
+  linear_backward(dattn, *L.wo, d_mid, a.attn, false, adapter(l, LoraTarget::O));
   if (L.o_bias) be_.bias_backward(grads_.target(*L.o_bias), d_mid);
   if (options_.head_chunks > 1) {
     prof.next("rmsnorm");
@@ -344,11 +355,9 @@ void LlamaModel::layer_backward(int64_t l, LayerActs& a, Tensor& grad,
   prof.end();
   qkv_backward(be_, grads_, c_, L, HeadRange::all(c_), positions_, inv_freq_, dq, dk, dv, a.qk);
   a.qk = QkNormSaved{};
-  prof.next("qkv projections");
+  prof.end();
   Tensor dxn1 = be_.empty({N, D}, t);
-  linear_backward(dxn1, *L.wq, dq.reshape({N, H * d}), xn1, false);
-  linear_backward(dxn1, *L.wk, dk.reshape({N, Hkv * d}), xn1, true);
-  linear_backward(dxn1, *L.wv, dv.reshape({N, Hkv * d}), xn1, true);
+  qkv_projections_backward(be_, grads_, c_, L, HeadRange::all(c_), xn1, dq, dk, dv, dxn1, false, lora_, l);
   dq = dk = dv = Tensor{};
   prof.next("rmsnorm");
   be_.rmsnorm_backward(d_mid, grads_.target(*L.input_norm), dxn1, a.x_in, L.input_norm->value, a.rstd1, true);
@@ -550,9 +559,11 @@ double LlamaModel::forward_backward(const SequenceShard& shard, double grad_scal
     if (layer_grads_done) layer_grads_done(l);
   }
   ProfileScope prof(be_, "embedding");
-  grads_.open({&w_.embed()});
-  be_.embedding_backward(grads_.target(w_.embed()), dx, ids);
-  grads_.close();
+  if (!grads_.frozen()) {
+    grads_.open({&w_.embed()});
+    be_.embedding_backward(grads_.target(w_.embed()), dx, ids);
+    grads_.close();
+  }
   grads_.flush();
   w_.settle_grads(be_);
   end_sequence();

@@ -11,6 +11,7 @@
 #include "model/batch.h"
 #include "model/gradient_accumulator.h"
 #include "model/llama_weights.h"
+#include "model/lora_weights.h"
 #include "model/parameter_store.h"
 #include "parallel/sequence_attention.h"
 
@@ -67,6 +68,12 @@ class LlamaModel {
   const StepOptions& options() const { return options_; }
   const LlamaWeights& weights() const { return w_; }
 
+  // LoRA: the adapters join the projections they wrap, and the backward computes their gradients
+  // only (the base must be frozen: ParameterSet::freeze before its allocation). Before the first
+  // step; the adapters must outlive the model.
+  void attach_lora(LoraWeights& lora);
+  LoraWeights* lora() const { return lora_; }
+
  private:
   struct LayerActs;
   struct KeptAttention;
@@ -97,8 +104,12 @@ class LlamaModel {
   void begin_sequence(const SequenceShard& shard, Tensor& ids, Tensor& targets);
   void end_sequence();  // drops the per-sequence state and any gathered weights
   Tensor run_layers(const Tensor& ids);  // embedding and every layer's forward, no activations kept
-  void linear(Tensor& y, const Tensor& x, const Parameter& w);                     // y = x W^T
-  void linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx);
+  // y = x W^T (+ the adapter's share, where one wraps W).
+  void linear(Tensor& y, const Tensor& x, const Parameter& w, const LoraAdapter* ad = nullptr);
+  void linear_backward(Tensor& dx, Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate_dx,
+                       const LoraAdapter* ad = nullptr);
+  // Layer l's adapter on projection t, or null (no LoRA, or t not wrapped).
+  const LoraAdapter* adapter(int64_t l, LoraTarget t) const { return lora_ ? lora_->adapter(l, t) : nullptr; }
 
   LlamaWeights& w_;
   Backend& be_;
@@ -107,6 +118,7 @@ class LlamaModel {
   GradientAccumulator grads_;
   ParameterStore params_;  // the layers' weights, gathered a group at a time with ZeRO stage 3
   std::unique_ptr<SequenceAttention> attention_;
+  LoraWeights* lora_ = nullptr;
   Tensor inv_freq_;  // [d/2] float32 on the device
   int64_t inv_freq_length_ = 0;  // the sequence length inv_freq_ was made for (dynamic RoPE)
   void set_rope_length(int64_t length);

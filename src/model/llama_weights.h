@@ -9,57 +9,11 @@
 #include "backend/backend.h"
 #include "io/hf_config.h"
 #include "io/model_folder.h"
+#include "model/parameter_set.h"
 
 namespace ulysses {
 
-class Communicator;
-
-// Rank r's elements of a flattened parameter of n elements shared by P ranks: [r·c, (r+1)·c)
-// clipped to n, c = ceil(n / P) (equal blocks, the last ones short or empty). ZeRO's layout,
-// for the optimizer's state (stage 1) and the gradients (stage 2).
-struct ElementRange {
-  int64_t lo = 0, hi = 0;
-  int64_t block = 0;  // c: every rank's block size (padded)
-};
-ElementRange shard_range(int64_t n, int rank, int ranks);
-// flat (n elements, on the device or the host) holds this rank's shard_range(n, rank, size) of
-// `group` at its place; afterwards it holds every rank's. Collective over the group.
-void all_gather_blocks(Communicator& group, Backend& backend, Tensor& flat);
-
-// ZeRO stages 2 and 3: every gradient sharded over `ranks` ranks, this one holding
-// shard_range(n, rank, ranks) of each; the backward reduce-scatters each group of parameters'
-// gradients over `group` (model/gradient_accumulator.h). Stage 3 (weights = true) shards the
-// compute copies the same way: the model gathers a group's whole values before using them and
-// drops them after (model/parameter_store.h). A null group (the memory planner's dry run) keeps
-// this rank's block as it is and gathers nothing. The group must outlive the weights.
-struct ParameterSharding {
-  Communicator* group = nullptr;
-  int rank = 0, ranks = 1;
-  bool weights = false;
-};
-// ZeRO stage `stage` over every rank of `group`, as this rank of it: nothing sharded below 2,
-// the gradients at 2, the gradients and the weights at 3.
-ParameterSharding zero_sharding(Communicator& group, int stage);
-
-struct Parameter {
-  std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
-  Shape shape;
-  Tensor value;  // compute copy on the backend's device, in its act_dtype(); with weight sharding
-                 // (ZeRO stage 3) defined only while gathered (model/parameter_store.h)
-  Tensor shard;  // weight sharding only: this rank's elements of the value, flat, one whole block
-                 // (shard_range's block; past the parameter's end zero), so that it can be all-gathered as it is
-  Tensor grad;   // on the backend's device: float32, or bfloat16 (LlamaWeights' grad_dtype); with
-                 // gradient sharding, this rank's elements only (flat, LlamaWeights::grad_range)
-  // zero_grads deferred (whole float32 gradients): `grad` holds no value yet. Its first contribution
-  // overwrites it (a weight gradient's GEMM with beta 0, GradientAccumulator::first_write) instead of a
-  // zeroing pass and an accumulate; anything else zeroes it first (settle_grad).
-  bool grad_unset = false;
-};
-
-// Zeroes p's gradient if it is unset (Parameter::grad_unset), so that it can be added into or read.
-void settle_grad(Parameter& p, Backend& backend);
-
-class LlamaWeights {
+class LlamaWeights : public ParameterSet {
  public:
   // One decoder layer's parameters; those the architecture lacks (ModelConfig: biases, q/k
   // norms) are null.
@@ -100,41 +54,16 @@ class LlamaWeights {
   void load(const ModelFolder& folder, Backend& backend);
   // Allocates and fills with a deterministic random init (uniform, std 0.02; norms 1; biases 0).
   void init_random(Backend& backend, uint64_t seed);
-  // Whole float32 gradients are only marked unset (Parameter::grad_unset): the backward's first
-  // contribution to each overwrites it. Others (bfloat16, sharded) are zeroed here.
-  void zero_grads(Backend& backend);
-  // Zeroes every gradient still unset: before gradients are read other than by a backward.
-  void settle_grads(Backend& backend);
-  // Values and gradients allocated (values uninitialised), gradients zeroed; with weight
-  // sharding the shards instead of the values (zeroed: their padding is gathered too).
-  void allocate(Backend& backend);
-  // Sets p's value from a whole host float32 tensor (p's shard of it, with weight sharding).
-  void set_value(Backend& backend, Parameter& p, const Tensor& host);
 
   const ModelConfig& config() const { return config_; }
-  DType grad_dtype() const { return grad_dtype_; }
-  const ParameterSharding& sharding() const { return sharding_; }
-  bool grads_sharded() const { return sharding_.ranks > 1; }
-  bool weights_sharded() const { return sharding_.ranks > 1 && sharding_.weights; }
-  // The elements of p's flattened gradient (and, with weight sharding, value) this rank holds
-  // ([0, n) unsharded).
-  ElementRange grad_range(const Parameter& p) const;
-  // The elements [range.lo, range.hi) of p's value, flat: part of the whole value, or the shard.
-  Tensor value_part(const Parameter& p, const ElementRange& range) const;
-  std::vector<Parameter>& params() { return params_; }
-  const std::vector<Parameter>& params() const { return params_; }
-  Parameter& embed() { return params_[embed_]; }
-  Parameter& final_norm() { return params_[final_norm_]; }
+  Parameter& embed() { return params()[embed_]; }
+  Parameter& final_norm() { return params()[final_norm_]; }
   // The output projection: lm_head.weight, or the embedding when tied.
-  Parameter& lm_head() { return params_[lm_head_]; }
+  Parameter& lm_head() { return params()[lm_head_]; }
   Layer& layer(int64_t i) { return layers_[i]; }
-  size_t num_elements() const;
 
  private:
   ModelConfig config_;
-  DType grad_dtype_;
-  ParameterSharding sharding_;
-  std::vector<Parameter> params_;
   std::vector<Layer> layers_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;
 };

@@ -64,8 +64,12 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
   if (!options.sharded_optimizer) fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
-    save_model_folder((tmp / "model").string(), model_config, optimizer.master, options.dtype);
-    copy_model_assets(options.asset_dirs, (tmp / "model").string());
+    if (options.lora) {
+      save_peft_adapter((tmp / "adapter").string(), *options.lora, optimizer.master);
+    } else {
+      save_model_folder((tmp / "model").string(), model_config, optimizer.master, options.dtype);
+      copy_model_assets(options.asset_dirs, (tmp / "model").string());
+    }
     if (!options.sharded_optimizer)
       write_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state,
                         {{"steps_taken", std::to_string(optimizer.steps_taken)}});
@@ -79,8 +83,9 @@ std::string save_checkpoint(const std::string& out_dir, const ModelConfig& model
     j["format_version"] = 1;
     write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2));
     // Checksums of what was written, before COMPLETE: model/ has its own list (checked when the
-    // folder is loaded as a model), the checkpoint's covers every file (checked at resume).
-    write_checksums((tmp / "model").string());
+    // folder is loaded as a model), the checkpoint's covers every file (checked at resume);
+    // adapter/ holds PEFT's two files alone.
+    if (!options.lora) write_checksums((tmp / "model").string());
     write_checksums(tmp.string());
     if (options.before_commit) options.before_commit(state.step);
     write_file_atomic((tmp / "COMPLETE").string(), "ok\n");

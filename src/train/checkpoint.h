@@ -1,6 +1,8 @@
 // Training checkpoints: OUT/checkpoints/step-NNNNNNN/ holding
 //   model/                 a Hugging Face folder (loads in transformers as it is: weights in save_dtype,
-//                          tokenizer, chat template and generation config copied from the source)
+//                          tokenizer, chat template and generation config copied from the source), or
+//   adapter/               with LoRA: the adapters as PEFT writes them (adapter_config.json +
+//                          adapter_model.safetensors, float32; PeftModel.from_pretrained loads it on the base)
 //   optimizer.safetensors  fp32 master weights and AdamW moments, whole (the state on one rank), or
 //   optimizer/rank-RRRRR-of-PPPPP.safetensors  each rank's shard of them (the state sharded over P
 //                          ranks, ZeRO 1-3): master., exp_avg., exp_avg_sq.<name> as the rank's flat
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hf_config.h"
+#include "io/peft_adapter.h"
 #include "train/optimizer.h"
 
 namespace ulysses {
@@ -46,6 +49,8 @@ struct CheckpointSaveOptions {
   // Runs when every file is written and checksummed, before COMPLETE marks the folder whole: the
   // tests' fault injection (a kill here must leave the previous checkpoint the latest).
   std::function<void(int64_t step)> before_commit;
+  // LoRA: the snapshot's masters are the adapters, written as adapter/ instead of model/.
+  const LoraConfig* lora = nullptr;
 };
 
 // The folder a checkpoint of `step` is assembled in before it is renamed into place: every rank

@@ -43,11 +43,30 @@ PlanRequest make_plan_request(const EngineConfig& c, const ModelConfig& model, i
   req.gradient_shards = c.zero >= 2 ? ranks : 1;
   req.weight_shards = c.zero >= 3 ? ranks : 1;
   req.runtime = runtime;
+  req.lora = c.lora;
   return req;
 }
 
+namespace {
+
+// What LoRA does not run with yet, refused in one line naming the setting.
+void check_lora_engine(const EngineConfig& c) {
+  if (!c.lora.enabled()) return;
+  const bool flags = c.spelling == OptionSpelling::Flags;
+  ULY_CHECK(c.zero == 0, "LoRA with ZeRO stage " << c.zero << " is not supported yet (the adapters are small and "
+                                                 << "replicated); drop " << (flags ? "--zero" : "zero"));
+  ULY_CHECK(!c.offload_optimizer, "LoRA with the optimizer offloaded is not supported yet (the adapters' state is "
+                                  "small); drop " << (flags ? "--offload-optimizer" : "offload_optimizer"));
+  ULY_CHECK(c.memory.grad_dtype == DType::F32,
+            "LoRA keeps float32 gradients for the adapters and none for the base; drop "
+                << (flags ? "--grad-dtype bf16" : "grad_dtype: bfloat16"));
+}
+
+}  // namespace
+
 Engine::Engine(const EngineConfig& config, Communicator& world)
     : config_(config), world_(world), backend_(make_backend(config, world.rank())) {
+  check_lora_engine(config);
   comm_ = std::make_unique<StepCommunicator>(world, *backend_, comm_kind_name(config.comm));
   comm_name_ = comm_->get().name();
   mesh_ = std::make_unique<ProcessMesh>(comm_->get(), config.sp, config.ring, config.zigzag);
@@ -131,6 +150,7 @@ MemorySnapshot Engine::prepare_memory(const ModelConfig& model, int64_t seq_len,
 LlamaWeights& Engine::load_weights(const ModelConfig& model, const ModelFolder* folder, uint64_t seed) {
   ULY_CHECK(!weights_, "the engine's weights are loaded once");
   weights_ = std::make_unique<LlamaWeights>(model, config_.memory.grad_dtype, zero_sharding(mesh_->world(), config_.zero));
+  if (config_.lora.enabled()) weights_->freeze();
   if (folder) weights_->load(*folder, *backend_);
   else weights_->init_random(*backend_, seed);
   backend_->synchronize();  // the phase ends when the weights are on the device
@@ -138,9 +158,28 @@ LlamaWeights& Engine::load_weights(const ModelConfig& model, const ModelFolder* 
   return *weights_;
 }
 
+LoraWeights& Engine::load_lora(const std::string& dir, uint64_t seed) {
+  ULY_CHECK(weights_ && !lora_ && !model_, "the engine's adapters are loaded once, after the weights, before the model");
+  ULY_CHECK(config_.lora.enabled(), "load_lora without a LoRA config");
+  lora_ = std::make_unique<LoraWeights>(weights_->config(), config_.lora);
+  if (dir.empty()) lora_->init(*backend_, seed);
+  else lora_->load(dir, *backend_);
+  return *lora_;
+}
+
+ParameterSet& Engine::trained() {
+  if (lora_) return *lora_;
+  ULY_CHECK(weights_, "the engine has no weights yet (load_weights)");
+  return *weights_;
+}
+
 LlamaModel& Engine::model() {
   ULY_CHECK(weights_, "the engine's model needs its weights first (load_weights)");
-  if (!model_) model_ = std::make_unique<LlamaModel>(*weights_, *backend_, *mesh_, config_.memory);
+  ULY_CHECK(!config_.lora.enabled() || lora_, "the engine's model needs its LoRA adapters first (load_lora)");
+  if (!model_) {
+    model_ = std::make_unique<LlamaModel>(*weights_, *backend_, *mesh_, config_.memory);
+    if (lora_) model_->attach_lora(*lora_);
+  }
   return *model_;
 }
 

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "io/model_folder.h"
+#include "io/peft_adapter.h"
 #include "model/llama.h"
 #include "model/llama_weights.h"
 #include "parallel/mesh.h"
@@ -46,6 +47,9 @@ struct EngineConfig {
   bool reserve = true;          // back the pools with one block each at the planned peaks
   size_t device_limit = 0;      // bytes the step may take on the device; 0: the device's free memory
   OptionSpelling spelling = OptionSpelling::Flags;  // how refusals name the options
+  // LoRA (off unless lora.r > 0): the base frozen, the adapters trained. Not an option of the table:
+  // train's `lora` block or loss-grad's --lora-adapter folder sets it.
+  LoraConfig lora;
 
   bool operator==(const EngineConfig&) const = default;
 };
@@ -88,8 +92,15 @@ class Engine {
   void set_step_options(const StepOptions& options, KeepAttention keep);
 
   // The weights, sharded as the ZeRO stage says: from a model folder, or (folder null) random with `seed`.
+  // Frozen (no gradients) with LoRA.
   LlamaWeights& load_weights(const ModelConfig& model, const ModelFolder* folder, uint64_t seed);
   LlamaWeights& weights() { return *weights_; }
+  // LoRA: the adapters of config().lora, from a PEFT adapter folder, or (dir empty) PEFT's
+  // initialisation with `seed`; the model made afterwards runs them. After load_weights.
+  LoraWeights& load_lora(const std::string& dir, uint64_t seed);
+  LoraWeights* lora() { return lora_.get(); }
+  // What the step trains: the adapters with LoRA, else the weights.
+  ParameterSet& trained();
   LlamaModel& model();
 
   // Start-up by phase: each mark() closes a phase that began at the previous mark (the first at
@@ -110,6 +121,7 @@ class Engine {
   std::string comm_name_;
   std::unique_ptr<ProcessMesh> mesh_;
   std::unique_ptr<LlamaWeights> weights_;
+  std::unique_ptr<LoraWeights> lora_;
   std::unique_ptr<LlamaModel> model_;
 };
 

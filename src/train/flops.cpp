@@ -8,7 +8,8 @@ double dense_matmul_params(const ModelConfig& c) {
   return per_layer * c.num_hidden_layers + D * c.vocab_size;
 }
 
-StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens, bool recompute) {
+StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens, bool recompute,
+                     double lora_params) {
   const double n = dense_matmul_params(c);
   const double hdl = static_cast<double>(c.num_attention_heads) * c.head_dim * c.num_hidden_layers;
   double tokens = 0, s2 = 0;
@@ -21,8 +22,10 @@ StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens,
     s2 += W > 0 && W < S ? 2.0 * (W * S - W * (W - 1.0) / 2.0) : S * S;
   }
   StepFlops f;
-  f.alst = (recompute ? 8.0 : 6.0) * n * tokens + (recompute ? 16.0 : 12.0) * s2 * hdl;
-  f.useful = 6.0 * n * tokens + 7.0 * s2 * hdl;
+  const double m_d = recompute ? 8.0 : 6.0;
+  const double matmuls = lora_params > 0 ? (m_d - 2.0) * n + m_d * lora_params : m_d * n;
+  f.alst = matmuls * tokens + (recompute ? 16.0 : 12.0) * s2 * hdl;
+  f.useful = (lora_params > 0 ? 4.0 * n + 6.0 * lora_params : 6.0 * n) * tokens + 7.0 * s2 * hdl;
   return f;
 }
 

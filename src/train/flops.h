@@ -16,7 +16,11 @@ struct StepFlops {
 };
 // seq_lens: the length of every sequence in the step (tokens T = their sum). With a sliding
 // window the S^2 terms count the pairs the window leaves (2 (W S - W (W - 1) / 2) for W < S).
-StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens, bool recompute);
+// lora_params > 0 (LoRA, the base frozen): the base's weight-gradient GEMMs are not run, so its
+// matmuls count m_d - 2 (4, or 6 with recompute) and the adapters' N_lora parameters m_d (6 or 8);
+// useful: 4 N_dense T + 6 N_lora T + 7 S² H d L.
+StepFlops step_flops(const ModelConfig& c, const std::vector<int64_t>& seq_lens, bool recompute,
+                     double lora_params = 0);
 
 constexpr double kH100PeakBf16Flops = 989e12;  // dense bf16, H100/H200 SXM
 

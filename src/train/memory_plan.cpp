@@ -50,12 +50,20 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
                                             << " (ZeRO stage 3 shards both over all ranks)");
     LlamaWeights weights(r.config, r.options.grad_dtype,
                          ParameterSharding{nullptr, 0, r.gradient_shards, r.weight_shards > 1});
+    if (r.lora.enabled()) weights.freeze();
     weights.allocate(*backend);
+    std::unique_ptr<LoraWeights> lora;
+    if (r.lora.enabled()) {
+      lora = std::make_unique<LoraWeights>(r.config, r.lora);
+      lora->allocate(*backend);
+    }
     // Rank 0 holds the largest share of sharded optimizer state (the last ranks' may be short).
     auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0);
     std::unique_ptr<AdamW> optimizer;
-    if (r.optimizer) optimizer = std::make_unique<AdamW>(weights, *backend, OptimizerConfig{},
-                                    OptimizerPlacement{optimizer_group.get(), r.optimizer_offload});
+    if (r.optimizer)
+      optimizer = std::make_unique<AdamW>(lora ? static_cast<ParameterSet&>(*lora) : weights, *backend,
+                                          OptimizerConfig{},
+                                          OptimizerPlacement{optimizer_group.get(), r.optimizer_offload});
     // The attention working set per rank is the scheme's own: Ulysses' gathered heads, the
     // ring's K/V blocks in flight and fp32 accumulators, or both (parallel/ring_attention.h).
     // With --head-chunks the attention runs one chunk of H/C heads at a time: built for a chunk.
@@ -67,6 +75,7 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
                                              c.num_attention_heads / chunks, c.num_key_value_heads / chunks,
                                              c.head_dim, c.attention_scale()),
                      r.options);
+    if (lora) model.attach_lora(*lora);
     TokenBatch batch;  // one sequence of the planned length; the values do not matter
     batch.B = 1;
     batch.S = r.seq_len;

@@ -10,6 +10,7 @@
 
 #include "core/memory_pools.h"
 #include "io/hf_config.h"
+#include "io/peft_adapter.h"
 #include "model/llama.h"
 
 namespace ulysses {
@@ -43,6 +44,8 @@ struct PlanRequest {
   // The backend the step will run on, when it exists: it answers for its own scratch memory
   // (backend/planning_backend.h). Without it a CUDA plan estimates the attention workspace.
   Backend* runtime = nullptr;
+  // LoRA (lora.r > 0): the base frozen (no gradients, no optimizer state), the adapters with theirs.
+  LoraConfig lora;
 };
 
 // Local tokens per rank (the sequence padded by the token layout, divided by sp).

@@ -26,7 +26,7 @@ constexpr int64_t kHostChunk = int64_t{1} << 24;
 
 }  // namespace
 
-AdamW::AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, OptimizerPlacement placement)
+AdamW::AdamW(ParameterSet& weights, Backend& backend, OptimizerConfig config, OptimizerPlacement placement)
     : w_(weights),
       be_(backend),
       config_(config),

@@ -52,7 +52,7 @@ class AdamW {
  public:
   // Allocates master (= the current weight values, in float32), m and v (zeros): for
   // every element, or with a shard group of P ranks for this rank's 1/P of each parameter.
-  AdamW(LlamaWeights& weights, Backend& backend, OptimizerConfig config, OptimizerPlacement placement = {});
+  AdamW(ParameterSet& weights, Backend& backend, OptimizerConfig config, OptimizerPlacement placement = {});
   // Master weights from a model folder's stored tensors (exact, whatever the compute dtype).
   void load_master(const ModelFolder& folder);
 
@@ -113,7 +113,7 @@ class AdamW {
   // comes to the host (transfer stream) while the CPU updates chunk k, whose new weights go
   // back (transfer stream, then the cast to the compute dtype on the device) during k + 1.
   void update_on_host(AdamWParams a);
-  LlamaWeights& w_;
+  ParameterSet& w_;
   Backend& be_;
   OptimizerConfig config_;
   Communicator* group_;  // null: unsharded

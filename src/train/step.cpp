@@ -38,16 +38,18 @@ bool same_shard_count(const std::vector<SequenceShard>& shards, ProcessMesh& mes
   return extremes[0] == -extremes[1];
 }
 
-// Sums every gradient over the world. Each layer's gradients start their all-reduce as
-// soon as the backward is past the layer (overlapped with the layers below), when the
-// ranks allow it; the rest (embedding, final norm, lm_head) and the waits come at finish().
+// Sums every trained gradient over the world: the weights', or with LoRA the adapters'. Each
+// layer's gradients start their all-reduce as soon as the backward is past the layer
+// (overlapped with the layers below), when the ranks allow it; the rest (embedding, final
+// norm, lm_head) and the waits come at finish().
 // bfloat16 buffers are summed through float32 copies (parallel/collectives.h): then one
 // layer's reduction is in flight at a time, so that the copies never hold more than a layer.
 class GradientReduction {
  public:
-  GradientReduction(LlamaWeights& weights, Backend& backend, Communicator& world, bool per_layer)
-      : weights_(weights), backend_(backend), world_(world), per_layer_(per_layer && world.size() > 1),
-        started_(weights.params().size(), false) {}
+  GradientReduction(ParameterSet& trained, std::function<std::vector<Parameter*>(int64_t)> layer_params,
+                    Backend& backend, Communicator& world, bool per_layer)
+      : weights_(trained), layer_params_(std::move(layer_params)), backend_(backend), world_(world),
+        per_layer_(per_layer && world.size() > 1), started_(trained.params().size(), false) {}
   // Sharded gradients (ZeRO stage 2) were reduce-scattered by the backward itself.
   bool needed() const { return !weights_.grads_sharded(); }
 
@@ -56,7 +58,7 @@ class GradientReduction {
     return [this](int64_t l) {
       ProfileScope prof(backend_, "grad all-reduce");
       if (weights_.grad_dtype() != DType::F32) wait_all(pending_);
-      for (Parameter* p : weights_.layer(l).all()) start(*p);
+      for (Parameter* p : layer_params_(l)) start(*p);
     };
   }
 
@@ -79,7 +81,8 @@ class GradientReduction {
     pending_.push_back(all_reduce_sum_async(world_, backend_, p.grad));
   }
 
-  LlamaWeights& weights_;
+  ParameterSet& weights_;
+  std::function<std::vector<Parameter*>(int64_t)> layer_params_;
   Backend& backend_;
   Communicator& world_;
   bool per_layer_;
@@ -113,7 +116,13 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
                           "must hold as many rows of the batch: give a number of rows that is a multiple of dp = "
                               << mesh.dp_size() << " (bench: --batch)");
   }
-  GradientReduction reduction(weights, backend, mesh.world(), same_count);
+  // LoRA trains the adapters alone: theirs are the gradients to reduce (the base has none).
+  LoraWeights* lora = model.lora();
+  ParameterSet& trained = lora ? static_cast<ParameterSet&>(*lora) : weights;
+  GradientReduction reduction(
+      trained,
+      [&](int64_t l) { return lora ? lora->layer_params(l) : weights.layer(l).all(); }, backend, mesh.world(),
+      same_count);
   double local_sum = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     // A layer's gradients are final after the last shard's backward of that layer.
@@ -121,7 +130,7 @@ StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Back
     local_sum += model.forward_backward(shards[i], grad_scale,
                                         last ? reduction.layer_hook() : std::function<void(int64_t)>());
   }
-  weights.settle_grads(backend);  // a rank with no rows of the batch contributes zeros
+  trained.settle_grads(backend);  // a rank with no rows of the batch contributes zeros
   backend.synchronize();
   finish_loss(local_sum, mesh, r);
   reduction.finish();

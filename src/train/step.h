@@ -21,8 +21,8 @@ struct StepResult {
   int64_t tokens = 0;           // tokens in the global batch (padding included)
 };
 
-// Adds the gradients of this rank's shards into `weights` (zero them first for
-// a fresh step); collective over the mesh's world.
+// Adds the gradients of this rank's shards into `weights`, or with LoRA (model.lora()) into the
+// adapters' (zero them first for a fresh step); collective over the mesh's world.
 StepResult compute_loss_and_grads(LlamaModel& model, LlamaWeights& weights, Backend& backend, ProcessMesh& mesh,
                                   const std::vector<SequenceShard>& shards);
 // Forward only (evaluation): the global mean loss.

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/nearest.h"
+#include "io/peft_adapter.h"
 #include "io/regular_file.h"
 #include "train/engine_option_table.h"
 #include "train/yaml_reader.h"
@@ -58,6 +59,14 @@ save_dtype: bfloat16    # dtype of the checkpoints' Hugging Face weights (bfloat
 keep_last: 0            # > 0: keep only the newest N checkpoints (never removing the one 'latest' names)
 tokenizer: ""           # folder whose tokenizer/chat-template files go into every checkpoint's model/;
                         # default: the model folder's, else the tokenizer data.train was prepared with
+lora:                   # LoRA (docs/fine-tuning.md): the base frozen, only low-rank adapters trained; needs 'model'
+  r: 0                  # the adapters' rank; 0 = off (full fine-tuning)
+  alpha: 16.0           # scaling alpha / r (alpha / sqrt(r) with use_rslora)
+  dropout: 0.0          # only 0 is supported yet
+  target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]  # PEFT's names, or all-linear
+  use_rslora: false
+  adapter: ""           # a PEFT adapter folder (adapter_config.json + adapter_model.safetensors) to continue
+                        # from; its r, alpha and target_modules must be the ones above
 # The engine (the same options as the flags of bench, loss-grad and plan: train/engine_option_table.cpp):
 )";
 
@@ -126,6 +135,10 @@ void merge_checked(nlohmann::json& base, const nlohmann::json& user, const std::
     ULY_CHECK(base.contains(it.key()),
               source << ": unknown key '" << k << "' (did you mean '" << suggest_key(k, all_keys) << "'?)");
     nlohmann::json& slot = base[it.key()];
+    if (k == "lora.target_modules") {  // a list (or "all-linear"), checked where it is read
+      slot = *it;
+      continue;
+    }
     if (k == "rope_scaling") {  // a free-form block, checked where it is read (parse_rope)
       ULY_CHECK(it->is_object() || it->is_null(), source << ": key '" << k << "' expects a mapping, got " << shown(*it));
       slot = *it;
@@ -190,6 +203,9 @@ const std::vector<KeyRange>& key_ranges() {
       int_key("skip_nonfinite", kStepCount),
       int_key("log_every", {1, kSteps.hi, "steps"}),
       int_key("keep_last", kKeepLast),
+      int_key("lora.r", {0, 65536, "the adapters' rank; 0 = off"}),
+      real_key("lora.alpha", {0, 1e9, true, false, "the scaling's numerator"}),
+      real_key("lora.dropout", {0, 1, false, true, "a probability"}),
   };
   return ranges;
 }
@@ -240,6 +256,28 @@ const nlohmann::json& at_key(const nlohmann::json& cfg, const std::string& dotte
   std::stringstream ks(dotted);
   for (std::string part; std::getline(ks, part, '.');) v = &v->at(part);
   return *v;
+}
+
+// The lora block (r 0: off) into the engine's LoraConfig (base_model_name_or_path: the model folder)
+// and the adapter to start from.
+void read_lora(const nlohmann::json& j, const std::string& src, TrainConfig& out) {
+  out.lora_adapter = j["adapter"];
+  LoraConfig& c = out.engine.lora;
+  c = LoraConfig{};
+  if (j["r"].get<int64_t>() == 0) {
+    ULY_CHECK(out.lora_adapter.empty(),
+              src << ": 'lora.adapter' is set but lora.r is 0 (LoRA off); give lora.r (the adapter's r)");
+    return;
+  }
+  c.r = j["r"].get<int64_t>();
+  c.alpha = j["alpha"].get<double>();
+  c.dropout = j["dropout"].get<double>();
+  c.use_rslora = j["use_rslora"].get<bool>();
+  c.targets = parse_lora_targets(j["target_modules"], src, "lora.target_modules");
+  c.base_model = out.model;
+  check_lora_config(c, src + ": lora");
+  ULY_CHECK(!out.model.empty(), src << ": LoRA trains adapters on a base model's weights: give 'model' (a Hugging "
+                                       "Face folder), not 'model_config'");
 }
 
 std::string defaults_yaml() { return std::string(kDefaultsYaml) + engine_options_yaml(); }
@@ -334,6 +372,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.engine = engine_config_of(
       [&](const EngineOption& o) { return std::optional<std::string>(value_text(at_key(cfg, o.key))); },
       OptionSpelling::TrainKeys, /*optimizer=*/true);
+  read_lora(cfg["lora"], src, c);
   ULY_CHECK(!c.model.empty() || !c.model_config.empty(),
             src << ": give 'model' (a Hugging Face folder) or 'model_config' (a named shape or config.json)");
   ULY_CHECK(c.model.empty() || c.model_config.empty(), src << ": give either 'model' or 'model_config', not both");

@@ -57,6 +57,9 @@ struct TrainConfig {
   // engine (train/engine.h); ZeRO stage 1 shards the AdamW state (train/optimizer.h), 2 the
   // gradients too, 3 the weights too (model/parameter_store.h).
   EngineConfig engine;
+  // lora: {r, alpha, dropout, target_modules, use_rslora} into engine.lora (r 0: off); adapter: a
+  // PEFT adapter folder to start the adapters from (empty: PEFT's initialisation).
+  std::string lora_adapter;
 
   nlohmann::json as_json;  // the effective configuration, for the run folder
 };

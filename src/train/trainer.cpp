@@ -201,6 +201,7 @@ struct Trainer::State {
   void plan_memory();
   void open_run_folder();
   void load_model_and_optimizer();
+  void load_adapters();
   void open_data();
   void announce();
   void open_logs();
@@ -240,7 +241,9 @@ void Trainer::State::open_run_folder() {
 
 void Trainer::State::load_model_and_optimizer() {
   if (!cfg.model.empty()) folder = std::make_unique<ModelFolder>(ModelFolder::open(cfg.model));
-  LlamaWeights& weights = engine.load_weights(mc, folder.get(), cfg.init_seed);
+  engine.load_weights(mc, folder.get(), cfg.init_seed);
+  // LoRA: the adapters are what the optimizer updates (the base is frozen).
+  if (cfg.engine.lora.enabled()) load_adapters();
   OptimizerConfig oc;
   oc.lr = cfg.lr;
   oc.min_lr = cfg.min_lr;
@@ -252,9 +255,31 @@ void Trainer::State::load_model_and_optimizer() {
   oc.eps = cfg.eps;
   oc.grad_clip = cfg.grad_clip;
   const EngineConfig& e = cfg.engine;
-  optimizer = std::make_unique<AdamW>(weights, backend(), oc,
+  optimizer = std::make_unique<AdamW>(engine.trained(), backend(), oc,
                                       OptimizerPlacement{e.zero >= 1 ? &mesh().world() : nullptr, e.offload_optimizer});
-  if (folder) optimizer->load_master(*folder);
+  if (folder && !engine.lora()) optimizer->load_master(*folder);
+}
+
+void Trainer::State::load_adapters() {
+  const LoraConfig& want = cfg.engine.lora;
+  if (!cfg.lora_adapter.empty()) {
+    // The adapter must be the one the config describes: its shapes and scaling are the run's.
+    LoraConfig have = read_peft_adapter_config(cfg.lora_adapter);
+    have.base_model = want.base_model;
+    ULY_CHECK(have == want, cfg.lora_adapter << "/adapter_config.json: r " << have.r << ", alpha " << have.alpha
+                                             << ", use_rslora " << have.use_rslora << ", target_modules "
+                                             << nlohmann::json(have.target_names()).dump()
+                                             << " differ from the train config's lora block (r " << want.r
+                                             << ", alpha " << want.alpha << ", use_rslora " << want.use_rslora
+                                             << ", target_modules " << nlohmann::json(want.target_names()).dump()
+                                             << "); make them the same");
+  }
+  LoraWeights& lora = engine.load_lora(cfg.lora_adapter, cfg.init_seed);
+  if (rank0)
+    ULY_INFO("train: LoRA r " << want.r << ", alpha " << want.alpha << (want.use_rslora ? " (rsLoRA)" : "")
+                              << " on " << nlohmann::json(want.target_names()).dump() << ": " << lora.num_elements()
+                              << " trained parameters, the base's " << engine.weights().num_elements() << " frozen"
+                              << (cfg.lora_adapter.empty() ? "" : ", from " + cfg.lora_adapter));
 }
 
 void Trainer::State::open_data() {
@@ -416,6 +441,7 @@ void Trainer::save(int64_t step) {
     so.asset_dirs = s.asset_dirs;
     so.keep_last = s.cfg.keep_last;
     so.before_commit = s.hooks.before_checkpoint_commit;
+    so.lora = s.engine.lora() ? &s.cfg.engine.lora : nullptr;
     const std::string dir = save_checkpoint(s.cfg.out_dir, s.mc, snapshot, st, so);
     ULY_INFO("checkpoint: " << dir);
   }
@@ -485,7 +511,7 @@ void Trainer::step(int64_t step) {
   Backend& backend = s.backend();
   LlamaWeights& weights = s.engine.weights();
   const auto t0 = std::chrono::steady_clock::now();
-  weights.zero_grads(backend);
+  s.engine.trained().zero_grads(backend);
   const std::vector<SequenceShard> shards = s.train->next(s.rows);
   backend.pools().reset_peaks();
   const StepResult r = compute_loss_and_grads(s.engine.model(), weights, backend, s.mesh(), shards);
@@ -527,7 +553,8 @@ int Trainer::run() {
   const int64_t start = resume();
   s.open_logs();
   (void)s.engine.model();
-  s.flops = step_flops(s.mc, std::vector<int64_t>(s.rows, cfg.seq_len), cfg.engine.memory.checkpoint);
+  s.flops = step_flops(s.mc, std::vector<int64_t>(s.rows, cfg.seq_len), cfg.engine.memory.checkpoint,
+                       s.engine.lora() ? static_cast<double>(s.engine.lora()->num_elements()) : 0.0);
   s.announce();
   s.engine.mark(cfg.resume ? "optimizer, data and resume" : "optimizer and data");
   if (s.rank0) ULY_INFO("train: " << s.engine.startup_report() << "; the first step starts now");
