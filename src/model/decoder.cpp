@@ -5,7 +5,7 @@
 namespace ulysses {
 
 KvCacheDecoder::KvCacheDecoder(LlamaWeights& weights, Backend& backend, int64_t max_tokens)
-    : w_(weights), be_(backend), c_(weights.config()), max_tokens_(max_tokens) {
+    : w_(weights), be_(backend), c_(weights.config()) {
   ULY_CHECK(!weights.weights_sharded(), "generate: the decoder needs whole weights on this rank (not ZeRO stage 3)");
   auto cache = std::make_unique<KvCacheAttention>(backend, c_, max_tokens);
   cache_ = cache.get();
@@ -19,8 +19,7 @@ KvCacheDecoder::~KvCacheDecoder() = default;
 std::vector<float> KvCacheDecoder::feed(const std::vector<int32_t>& ids) {
   const auto n = static_cast<int64_t>(ids.size());
   ULY_CHECK(n > 0, "generate: nothing to feed (an empty prompt?)");
-  const int64_t first = cache_->length(), D = c_.hidden_size, V = c_.vocab_size;
-  ULY_CHECK(first + n <= max_tokens_, "generate: " << first + n << " tokens exceed the cache of " << max_tokens_);
+  const int64_t first = cache_->length(), D = c_.hidden_size, V = c_.vocab_size;  // the cache checks its room
   for (int32_t id : ids)
     ULY_CHECK(id >= 0 && id < V, "generate: token id " << id << " is outside the model's vocabulary [0, " << V << ")");
   // The new tokens as one shard of a sequence: their positions follow the cache; one document (the

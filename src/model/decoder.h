@@ -29,7 +29,6 @@ class KvCacheDecoder {
   LlamaWeights& w_;
   Backend& be_;
   const ModelConfig& c_;
-  int64_t max_tokens_;
   KvCacheAttention* cache_;  // owned by model_
   std::unique_ptr<LlamaModel> model_;
 };

@@ -7,8 +7,8 @@
 #include "comm/launch_env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/process_clock.h"
 #include "core/memory_pools.h"
+#include "core/process_clock.h"
 
 namespace ulysses {
 
