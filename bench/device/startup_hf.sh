@@ -22,8 +22,8 @@ drop_cache
 t0=$(date +%s.%N)
 cat "$W"/model/*.safetensors > /dev/null
 t1=$(date +%s.%N)
-bytes=$(cat "$W"/model/*.safetensors | wc -c)
-python3 -c "import sys; s=$t1-$t0; print(f'STARTUP read_folder_s {s:.2f} ({$bytes/2**30:.2f} GiB at {$bytes/s/1e9:.2f} GB/s)')"
+bytes=$(du -cb "$W"/model/*.safetensors | tail -1 | cut -f1)
+python3 -c "s=$t1-$t0; print(f'STARTUP read_folder_s {s:.2f} ({$bytes/2**30:.2f} GiB at {$bytes/s/1e9:.2f} GB/s)')"
 "$B/ulysses" prepare --input README.md,docs --tokenizer fixtures/tokenizers/llama3 --out "$W/data" --quiet || exit 1
 cat > "$W/train.yaml" <<YAML
 model: $W/model

@@ -1,6 +1,5 @@
 #include "cli/engine_options.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -11,6 +10,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/memory_pools.h"
+#include "core/split.h"
 #include "io/peft_adapter.h"
 #include "train/engine_option_table.h"
 #include "train/memory_plan.h"
@@ -64,15 +64,8 @@ LoraConfig lora_config_from(const Args& args, const std::string& command) {
   }
   c.r = args.get_int("lora-r", 0, IntRange{1, 65536, "the adapters' rank"});
   c.alpha = args.get_double("lora-alpha", 2.0 * static_cast<double>(c.r), RealRange{0, 1e9, true, false, "positive"});
-  nlohmann::json names = nlohmann::json::array();
   const std::string list = args.get("lora-targets", "all-linear");
-  if (list == "all-linear") names = list;
-  else
-    for (size_t at = 0; at <= list.size();) {
-      const size_t comma = std::min(list.find(',', at), list.size());
-      names.push_back(list.substr(at, comma - at));
-      at = comma + 1;
-    }
+  const nlohmann::json names = list == "all-linear" ? nlohmann::json(list) : nlohmann::json(split_commas(list));
   c.targets = parse_lora_targets(names, command, "--lora-targets");
   check_lora_config(c, command + ": --lora-r");
   return c;
