@@ -5,7 +5,7 @@ namespace ulysses {
 
 bool cuda_backend_compiled_in() { return false; }
 
-int cuda_device_for_local_rank(int local_rank) { return local_rank; }
+int cuda_device_for_local_rank(int local_rank, bool, const std::string&) { return local_rank; }
 
 bool cuda_device_pointer(const void* /*p*/) { return false; }
 
