@@ -19,7 +19,8 @@ std::unique_ptr<Communicator> make_world_communicator(int* /*argc*/, char*** /*a
                          "rebuild (or unset ULYSSES_FORCE_MPI)");
   ULY_CHECK(!env.launched || env.world_size <= 1,
             "this build has no MPI support but was launched with " << env.world_size << " ranks (" << env.source
-                                                                   << "): install libopenmpi-dev and rebuild");
+                                                                   << "): install libopenmpi-dev and rebuild, or launch with torchrun --no-python "
+                                                                      "(a TCP world, no MPI needed)");
   set_process_identity(0, 1);
   return make_self_communicator();
 }

@@ -431,6 +431,15 @@ bool cuda_device_pointer(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+std::string cuda_device_bus_id(int device_index) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), device_index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return id;
+}
+
 int cuda_device_for_local_rank(int local_rank, bool one_per_rank, const std::string& rank_source) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
