@@ -273,6 +273,31 @@ TEST(TcpFailures, APeerThatLeavesFailsTheOthersCallNamingIt) {
   EXPECT_TRUE(errors[0].find("rank 2") != std::string::npos || errors[1].find("rank 2") != std::string::npos);
 }
 
+TEST(TcpFailures, ACallWithoutProgressFailsAfterTheCommTimeout) {
+  const int port = free_port();
+  std::string error0;
+  std::thread late([&] {
+    try {
+      auto c = connect_tcp_world(options(1, 2, port));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // stuck, but alive
+    } catch (const Error&) {
+    }
+  });
+  try {
+    TcpWorldOptions o = options(0, 2, port);
+    o.comm_timeout_s = 1;
+    auto c = connect_tcp_world(o);
+    float x = 1;
+    c->all_reduce(&x, &x, 1, DType::F32, ReduceOp::Sum);
+  } catch (const Error& e) {
+    error0 = e.message();
+  }
+  late.join();
+  EXPECT_NE(error0.find("all_reduce: no data moved for 1 s waiting on rank(s) 1 (ULYSSES_COMM_TIMEOUT)"),
+            std::string::npos)
+      << error0;
+}
+
 TEST(TcpFailures, RanksThatDisagreeOnASizeStopWithAnError) {
   const auto errors = run_world(2, [](Communicator& c) {
     std::vector<float> x(10 + c.rank());
