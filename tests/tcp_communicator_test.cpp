@@ -94,7 +94,7 @@ TEST_P(Tcp, AllReduceSumsInRankOrderBitForBitOnEveryRank) {
       std::vector<float> y(count);
       c.all_reduce(x.data(), y.data(), count, DType::F32, ReduceOp::Sum);
       c.all_reduce(x.data(), x.data(), count, DType::F32, ReduceOp::Sum);  // in place
-      EXPECT_EQ(std::memcmp(x.data(), y.data(), count * sizeof(float)), 0);
+      EXPECT_TRUE(x == y);
       got[c.rank()] = y;
     }));
     for (size_t i = 0; i < count; ++i) {
