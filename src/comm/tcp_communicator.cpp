@@ -802,22 +802,24 @@ std::unique_ptr<Communicator> connect_tcp_world(const TcpWorldOptions& o) {
                                                                           << th.length << " bytes");
     err = io_exact(peers[0].get(), table.data(), th.length, false, table_deadline);
     ULY_CHECK(err.empty(), "rendezvous at " << where << ": reading the address table from rank 0: " << err);
-    // The mesh: connect to every lower rank but 0, accept every higher one.
+    // The mesh: connect to every lower rank but 0, accept every higher one. Every rank has joined by
+    // now, so this takes moments; it gets at least a minute even when the rendezvous used most of its time.
+    const auto mesh_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(60));
     for (int r = 1; r < me; ++r) {
-      peers[r] = connect_retrying(table[r], deadline, &why);
+      peers[r] = connect_retrying(table[r], mesh_deadline, &why);
       ULY_CHECK(peers[r].get() >= 0, "TCP world: rank " << me << " could not connect to rank " << r << " at "
                                                         << address_text(table[r]) << ": " << why);
       seen_at[r] = address_text(table[r]);
       Hello hr{kHelloMagic, me, P, 0, 0};
-      err = io_exact(peers[r].get(), &hr, sizeof(hr), true, deadline);
+      err = io_exact(peers[r].get(), &hr, sizeof(hr), true, mesh_deadline);
       ULY_CHECK(err.empty(), "TCP world: rank " << me << " greeting rank " << r << ": " << err);
     }
     for (int accepted = 0; accepted < P - 1 - me; ++accepted) {
-      Fd c = accept_until(listener.get(), deadline);
+      Fd c = accept_until(listener.get(), mesh_deadline);
       ULY_CHECK(c.get() >= 0, "TCP world: rank " << me << " waited " << static_cast<int>(seconds_since(start) + 0.5)
                                                  << " s for the higher ranks to connect");
       Hello hr{};
-      err = io_exact(c.get(), &hr, sizeof(hr), false, deadline);
+      err = io_exact(c.get(), &hr, sizeof(hr), false, mesh_deadline);
       ULY_CHECK(err.empty() && hr.magic == kHelloMagic && hr.rank > me && hr.rank < P && peers[hr.rank].get() < 0,
                 "TCP world: rank " << me << ": a bad greeting on the mesh (" << (err.empty() ? "wrong rank" : err)
                                    << ")");
