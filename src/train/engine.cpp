@@ -20,7 +20,9 @@ std::unique_ptr<Backend> make_backend(const EngineConfig& c, int world_rank) {
     ULY_CHECK(c.act_dtype == DType::F32, "the cpu backend computes in fp32 only (it is the reference)");
     return make_cpu_backend();
   }
-  return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)), c.act_dtype);
+  return make_cuda_backend(
+      cuda_device_for_local_rank(node_local_rank(world_rank), c.comm == CommKind::Nccl, node_local_rank_source()),
+      c.act_dtype);
 }
 
 namespace {
