@@ -22,6 +22,7 @@ alpha 2R, all seven projections, adapters in float32 under bf16 autocast) and
 """
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -99,6 +100,20 @@ def add_lora(model, r):
     return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=targets))
 
 
+def seconds_since_launch():
+    """Seconds since this process started (its start in /proc against the uptime, both counted
+    from boot; 10 ms resolution): the peers' time to their first step, next to the start-up
+    that `ulysses bench` reports."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+STARTUP = {}  # time_steps records the launch-to-first-step time here; report adds it
+
+
 def time_steps(model, seq, warmup, steps, label, opt=None, autocast=False):
     """Runs warmup + steps training steps on random tokens; returns (sorted step times, out of memory)."""
     ids = torch.randint(0, model.config.vocab_size, (1, seq), device="cuda")
@@ -107,6 +122,8 @@ def time_steps(model, seq, warmup, steps, label, opt=None, autocast=False):
     try:
         for i in range(warmup + steps):
             torch.cuda.synchronize()
+            if i == 0:
+                STARTUP["startup_s"] = seconds_since_launch()
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                 out = model(input_ids=ids, labels=ids)
@@ -116,6 +133,8 @@ def time_steps(model, seq, warmup, steps, label, opt=None, autocast=False):
             model.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
+            if i == 0:
+                STARTUP["first_step_s"] = dt
             print(f"{label} step {i + 1}{' (warm-up)' if i < warmup else ''}: {dt:.3f} s, loss {out.loss.item():.4f}",
                   flush=True)
             if i >= warmup:
@@ -127,6 +146,7 @@ def time_steps(model, seq, warmup, steps, label, opt=None, autocast=False):
 
 def report(res, times, prefix, json_path):
     """Adds the median step time and tokens/s to res, prints it after prefix, writes it to json_path if given."""
+    res.update(STARTUP)
     if times:
         t = times[len(times) // 2]
         res.update(step_time_s=t, tokens_per_s=res["seq_len"] / t)
