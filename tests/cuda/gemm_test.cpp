@@ -2,7 +2,12 @@
 // every transpose combination, fp32 and bf16 inputs, fp32 and bf16 outputs,
 // alpha/beta, odd shapes, the K = 0 case, and the plan cache.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -119,6 +124,7 @@ TEST_F(CudaGemm, TuningKeepsOutputsExact) {
   upload(dB, B);
   std::vector<float> ab(M * N, 0.0f);
   cpu::matmul(ab.data(), A.data(), B.data(), M, N, K, true, false, 1.0, 0.0);
+  setenv("ULYSSES_GEMM_TUNING_CACHE", "0", 1);  // time the candidates here, whatever earlier runs chose
   for (bool tune : {false, true}) {
     SCOPED_TRACE(testing::Message() << "tune=" << tune);
     cuda::CublasLtGemm gemm(cuda::device_allocator(0), size_t{32} << 20, tune);
@@ -143,6 +149,31 @@ TEST_F(CudaGemm, TuningKeepsOutputsExact) {
     EXPECT_CLOSE(download(dIn), C0, 0.0);
     if (!tune) EXPECT_EQ(gemm.retuned_plans(), 0u);
   }
+  unsetenv("ULYSSES_GEMM_TUNING_CACHE");
+}
+
+// A choice timed by one object (one run) is found by the next through the cache file, which
+// skips the timing and gives the same results; a damaged file is ignored and rewritten.
+TEST_F(CudaGemm, TuningCacheCarriesChoicesAcrossRuns) {
+  const std::string path = testing::TempDir() + "gemm_tuning_" + std::to_string(getpid()) + ".json";
+  std::remove(path.c_str());
+  setenv("ULYSSES_GEMM_TUNING_CACHE", path.c_str(), 1);
+  auto run = [&](size_t expect_cached) {
+    cuda::CublasLtGemm gemm(cuda::device_allocator(0));
+    run_case<bf16, bf16>(gemm, stream, 512, 768, 1024, false, true, 1.0, 0.0);
+    run_case<bf16, float>(gemm, stream, 256, 512, 384, true, false, 1.0, 0.0);
+    EXPECT_EQ(gemm.cached_plans(), 2u);
+    EXPECT_EQ(gemm.cached_choices(), expect_cached);
+  };
+  run(0);
+  std::ifstream written(path);
+  ASSERT_TRUE(written.good()) << path << " was not written";
+  run(2);
+  std::ofstream(path, std::ios::trunc) << "{\"format\": 1, \"contexts\": [";  // damaged
+  run(0);
+  run(2);  // rewritten whole by the run that ignored it
+  unsetenv("ULYSSES_GEMM_TUNING_CACHE");
+  std::remove(path.c_str());
 }
 
 TEST_F(CudaGemm, RejectsUnsupportedTypes) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,36 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
+// The tuning cache's context: its choices hold for the same GPU, library and workspace only.
+std::string tuning_context(size_t workspace_bytes) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return std::string(prop.name) + " sm_" + std::to_string(prop.major * 10 + prop.minor) + " cublasLt " +
+         std::to_string(cublasLtGetVersion()) + " workspace " + std::to_string(workspace_bytes);
+}
+
+std::string key_string(int64_t M, int64_t N, int64_t K, bool ta, bool tb, DType ab, DType c, uint32_t al_a,
+                       uint32_t al_b, uint32_t al_c) {
+  return std::to_string(M) + "," + std::to_string(N) + "," + std::to_string(K) + "," + (ta ? "T" : "N") +
+         (tb ? "T" : "N") + "," + dtype_name(ab) + "," + dtype_name(c) + "," + std::to_string(al_a) + "/" +
+         std::to_string(al_b) + "/" + std::to_string(al_c);
+}
+
+// An algorithm as hex: the cache compares it with the heuristic's candidates, so a stale
+// entry (another library build) matches none and is timed again.
+std::string algo_hex(const cublasLtMatmulAlgo_t& algo) {
+  static const char* digits = "0123456789abcdef";
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&algo);
+  std::string hex;
+  for (size_t i = 0; i < sizeof(algo); ++i) {
+    hex += digits[bytes[i] >> 4];
+    hex += digits[bytes[i] & 15];
+  }
+  return hex;
+}
+
 }  // namespace
 
 // Candidates timed on a plan's first call, and the margin another must win by over the heuristic's
@@ -48,6 +79,7 @@ struct CublasLtGemm::Plan {
   std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's order; algo is one of them
   bool tuned = false;
   bool retuned = false;  // tuning chose another than candidates[0]
+  bool cached = false;   // the choice came from the tuning cache
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -64,6 +96,7 @@ CublasLtGemm::CublasLtGemm(Allocator& alloc, size_t workspace_bytes, bool tune)
   CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
   try {
+    if (tune_) cache_ = std::make_unique<GemmTuningCache>(GemmTuningCache::default_path(), tuning_context(workspace_bytes_));
     workspace_ = workspace_bytes_ > 0 ? alloc_.allocate(workspace_bytes_) : nullptr;
   } catch (...) {
     cublasLtDestroy(h);
@@ -80,6 +113,13 @@ CublasLtGemm::~CublasLtGemm() {
 size_t CublasLtGemm::cached_plans() const {
   std::lock_guard<std::mutex> lock(mu_);
   return plans_.size();
+}
+
+size_t CublasLtGemm::cached_choices() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, plan] : plans_) n += plan->cached ? 1 : 0;
+  return n;
 }
 
 size_t CublasLtGemm::retuned_plans() const {
@@ -144,6 +184,16 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const Key& key) {
                                                                                               << " K=" << K);
   plan->algo = plan->candidates.front();
   plan->tuned = plan->candidates.size() < 2;
+  if (!plan->tuned && cache_ && cache_->enabled()) {
+    if (const auto hit = cache_->find(key_string(M, N, K, trans_a, trans_b, ab_type, c_type, align_a, align_b, align_c)))
+      for (size_t i = 0; i < plan->candidates.size(); ++i)
+        if (algo_hex(plan->candidates[i]) == *hit) {
+          plan->algo = plan->candidates[i];
+          plan->tuned = plan->cached = true;
+          plan->retuned = i != 0;
+          break;
+        }
+  }
   auto& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;
@@ -236,6 +286,9 @@ void CublasLtGemm::tune(Plan& plan, const Key& key, void* C, const void* C_in, c
   if (pick != 0 && ms[0] > 0 && ms[pick] > ms[0] * (1.0 - kTuneMargin)) pick = 0;
   plan.algo = plan.candidates[pick];
   plan.retuned = pick != 0;
+  if (cache_ && ms[pick] > 0)
+    cache_->store(key_string(M, N, K, trans_a, trans_b, ab_type, c_type, align_a, align_b, align_c),
+                  algo_hex(plan.algo));
   ULY_DEBUG("cuBLASLt M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a << " trans_b=" << trans_b
                           << ": candidate " << pick << " of " << ms.size() << " (" << ms[pick] << " ms; first "
                           << ms[0] << " ms)");

@@ -6,6 +6,8 @@
 // operands and keeps the fastest when it beats the first by more than the timing's
 // noise: the heuristic's first choice ran up to 15% slower than another candidate
 // on some of a Llama step's shapes (bench/device/gemm_bench.cu, docs/benchmarks.md).
+// The choices are kept across runs in backend/gemm_tuning_cache.h's file, so that only
+// the first run on a GPU pays the timing.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -16,6 +18,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "backend/gemm_tuning_cache.h"
 #include "core/allocator.h"
 #include "core/dtype.h"
 
@@ -42,6 +45,8 @@ class CublasLtGemm {
   size_t workspace_bytes() const { return workspace_bytes_; }
   // Plans whose first call chose another candidate than the heuristic's first (for tests and logs).
   size_t retuned_plans() const;
+  // Plans whose choice came from the tuning cache instead of timing (for tests and logs).
+  size_t cached_choices() const;
 
  private:
   struct Plan;
@@ -54,7 +59,8 @@ class CublasLtGemm {
 
   Allocator& alloc_;
   bool tune_;
-  void* handle_ = nullptr;  // cublasLtHandle_t
+  std::unique_ptr<GemmTuningCache> cache_;  // null without tuning
+  void* handle_ = nullptr;                  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   mutable std::mutex mu_;
