@@ -65,6 +65,23 @@ std::string unknown_command(const std::string& command) {
          "; 'ulysses --help' lists the commands";
 }
 
+// The message of a refusal without the prefixes main adds itself: library and command code
+// often name the command ("generate: ...") or wrap another message ("error: ..."), and the line
+// must carry "ulysses <command>: error: " once. Strips any run of "ulysses <command>: ",
+// "ulysses: ", "<command>: " and "error: " at the start.
+std::string without_repeated_prefix(const std::string& command, std::string message) {
+  const std::string prefixes[] = {"ulysses " + command + ": ", "ulysses: ", command + ": ", "error: "};
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const std::string& p : prefixes)
+      if (message.size() > p.size() && message.compare(0, p.size(), p) == 0) {
+        message.erase(0, p.size());
+        stripped = true;
+      }
+  }
+  return message;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,7 +135,7 @@ int main(int argc, char** argv) {
     return code;
   } catch (const Error& e) {
     std::ostringstream line;  // one write per message: ranks sharing a terminal do not interleave mid-line
-    line << "ulysses " << command << ": error: " << e.message();
+    line << "ulysses " << command << ": error: " << without_repeated_prefix(command, e.message());
     if (process_world_size() > 1) line << " (rank " << process_rank() << ")";
     line << '\n';
     std::cerr << line.str() << std::flush;

@@ -90,7 +90,7 @@ int run_prepare(int argc, char** argv) {
       {"quiet", false, false, "no progress on stderr"},
       {"help", false, false, "show this help"},
   };
-  Args args("prepare", specs, argc, argv, 2);
+  Args args("prepare", specs, argc, argv, 2, static_cast<size_t>(-1));
   if (args.has("help")) {
     std::cout << Args::usage("prepare", specs)
               << "\nInputs: a file is one document, except .jsonl/.ndjson files (one record a line) and Parquet\n"

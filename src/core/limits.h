@@ -60,6 +60,11 @@ inline constexpr IntRange kOffloadLayers{-1, 1 << 16, "layers; -1 = all"};
 inline constexpr IntRange kCheckpointSegment{1, 1 << 16, "layers per checkpoint segment"};
 inline constexpr IntRange kHeadChunks{1, 1 << 12, "head chunks per attention call"};
 inline constexpr IntRange kKeepLast{0, 1 << 20, "checkpoints; 0 = keep every one"};
+// Tokens `generate` adds: 2^30 (positions are int32); the KV cache they need is checked too.
+inline constexpr IntRange kNewTokens{1, int64_t{1} << 30, "tokens to generate"};
+// `plot`'s image, in pixels.
+inline constexpr IntRange kPlotWidth{200, 8000, "pixels"};
+inline constexpr IntRange kPlotHeight{150, 8000, "pixels"};
 
 // Optimizer hyperparameters.
 inline constexpr RealRange kLearningRate{0, kInf, false, true, "non-negative"};
@@ -81,8 +86,14 @@ inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
 // rotations speed up with the dimension, and far above 1e12 every frequency but the first
 // rounds to 0 (a run then trains a model without positions, silently).
 inline constexpr RealRange kRopeTheta{1, 1e12, false, false, "the RoPE base"};
+// RMSNorm's epsilon: 1e-30 .. 1. Models use 1e-6 .. 1e-5; 0 or a denormal divides by ~0 on an
+// all-zero row (a NaN), and above 1 it swamps the activations it normalises.
+inline constexpr RealRange kRmsNormEps{1e-30, 1, false, false, "RMSNorm's epsilon"};
 // Token ids are int32.
 inline constexpr IntRange kVocab{1, std::numeric_limits<int32_t>::max(), "vocab_size"};
+// A token id given as text (`tokenize --decode`, `generate --prompt-ids`): checked before the
+// int32 it becomes (a cast would turn 4294967296 into 0).
+inline constexpr IntRange kTokenId{0, std::numeric_limits<int32_t>::max(), "a token id: int32"};
 // A tokenizer.json's token ids: 2^22 (16× the largest vocabulary in use, Gemma's 262K). The id ->
 // token tables are sized by the largest id, so an unchecked id in a hostile file could ask for
 // gigabytes (found by tokenizer_fuzz).
@@ -116,6 +127,9 @@ inline constexpr int kMaxTokenizerSequenceDepth = 16;  // normalizer / pre-token
 // loop over range(10**9) stops), and the size of any string or list a render builds.
 inline constexpr int kMaxTemplateDepth = 100;
 inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 24;
+// And the CPU time of one render: 10 s (the steps alone can take minutes when each step is
+// slow: a join or a filter over a million items).
+inline constexpr double kMaxTemplateSeconds = 10.0;
 // The output, and any string value: 64 MiB (a million-token conversation renders to a few MB; at
 // 256 MiB one input of chat_template_fuzz built strings for 13 s under the sanitizers).
 inline constexpr size_t kMaxTemplateBytes = size_t{64} << 20;

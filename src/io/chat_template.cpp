@@ -754,7 +754,7 @@ struct LoopContinue {};
 class Renderer {
  public:
   Renderer(const std::string& origin, const json& context, int64_t max_steps)
-      : origin_(origin), max_steps_(max_steps) {
+      : origin_(origin), max_steps_(max_steps), cpu_start_(thread_cpu_seconds()) {
     scopes_.push_back(context);
   }
 
@@ -863,10 +863,26 @@ class Renderer {
   }
 
   // The bounds of limits.h: evaluation steps per render, and the size of strings and lists.
-  void step() {
-    ULY_CHECK(++steps_ <= max_steps_,
+  // n: the work of one step that builds or walks n items (range(), join) counts n.
+  void step(int64_t n = 1) {
+    steps_ += n;
+    ULY_CHECK(steps_ <= max_steps_,
               origin_ << ": the template took more than " << max_steps_
                       << " evaluation steps (a runaway loop?)");
+    // The CPU time of this thread, looked at every 64 steps (a clock read costs about what a
+    // step does): some steps are slow (a 60 MB string built, a filter over a long list), so the
+    // step count alone does not bound the time.
+    if (steps_ - last_clock_check_ >= 64) {
+      last_clock_check_ = steps_;
+      ULY_CHECK(thread_cpu_seconds() - cpu_start_ <= limits::kMaxTemplateSeconds,
+                origin_ << ": the template ran for more than " << limits::kMaxTemplateSeconds
+                        << " s of CPU time (a runaway loop?)");
+    }
+  }
+  static double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   }
   void check_size(size_t bytes) const {
     ULY_CHECK(bytes <= limits::kMaxTemplateBytes,
@@ -930,9 +946,10 @@ class Renderer {
     };
     const int64_t from = norm(a, step > 0 ? 0 : n - 1), to = norm(b, step > 0 ? n : -1);
     json out = str ? json("") : json::array();
-    for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
+    // i in __int128: a huge step past the end must not wrap.
+    for (__int128 i = from; step > 0 ? i < to : i > to; i += step) {
       if (str) out.get_ref<std::string&>() += chars[static_cast<size_t>(i)];
-      else out.push_back(v[i]);
+      else out.push_back(v[static_cast<size_t>(i)]);
     }
     return out;
   }
@@ -1053,8 +1070,10 @@ class Renderer {
       const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128{step}) - 1) / (step > 0 ? step : -__int128{step});
       check_items(count > static_cast<__int128>(limits::kMaxTemplateItems) ? limits::kMaxTemplateItems + 1
                                                                            : static_cast<size_t>(count));
+      this->step(static_cast<int64_t>(count));
       json out = json::array();
-      for (int64_t k = 0, i = a; k < static_cast<int64_t>(count); ++k, i += step) out.push_back(i);
+      __int128 i = a;  // one step past the last item may leave int64
+      for (int64_t k = 0; k < static_cast<int64_t>(count); ++k, i += step) out.push_back(static_cast<int64_t>(i));
       return out;
     }
     if (f == "strftime_now") {
@@ -1174,7 +1193,9 @@ class Renderer {
       std::string out, sep = args.empty() ? "" : py_str(args[0]);
       if (v.is_array())
         for (size_t k = 0; k < v.size(); ++k) {
-          out += (k ? sep : "") + py_str(v[k]);
+          step();
+          if (k) out += sep;
+          out += py_str(v[k]);
           check_size(out.size());
         }
       return out;
@@ -1277,12 +1298,27 @@ class Renderer {
     const bool ints = !a.is_number_float() && !b.is_number_float();
     if (ints && op != "/") {
       const int64_t x = to_int(a), y = to_int(b);
-      if (op == "+") return x + y;
-      if (op == "-") return x - y;
-      if (op == "*") return x * y;
+      // Python's integers do not overflow; ours are 64-bit, and a result past them is refused
+      // (a wrapped value would be wrong, and signed overflow is undefined behaviour).
+      int64_t r = 0;
+      bool overflow = false;
+      if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
+      else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
+      else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+      ULY_CHECK(!overflow, origin_ << ": integer overflow in '" << x << " " << op << " " << y
+                                   << "' (integers are 64-bit here)");
+      if (op == "+" || op == "-" || op == "*") return r;
       ULY_CHECK(y != 0, origin_ << ": division by zero");
+      if (y == -1) {  // x / -1 and x % -1 trap (SIGFPE) for the smallest x
+        ULY_CHECK(op == "%" || x != std::numeric_limits<int64_t>::min(),
+                  origin_ << ": integer overflow in '" << x << " // -1' (integers are 64-bit here)");
+        return op == "%" ? int64_t{0} : -x;
+      }
       if (op == "//") return x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
-      if (op == "%") return ((x % y) + y) % y;
+      if (op == "%") {  // Python's sign: that of the divisor (no sum that can overflow)
+        const int64_t m = x % y;
+        return m != 0 && ((m < 0) != (y < 0)) ? m + y : m;
+      }
     }
     const double x = a.get<double>(), y = b.get<double>();
     if (op == "+") return x + y;
@@ -1324,7 +1360,11 @@ class Renderer {
       case Expr::Not: return !truthy(eval(*e.args[0]));
       case Expr::Neg: {
         const json v = eval(*e.args[0]);
-        return v.is_number_float() ? json(-v.get<double>()) : json(-to_int(v));
+        if (v.is_number_float()) return json(-v.get<double>());
+        const int64_t x = to_int(v);
+        ULY_CHECK(x != std::numeric_limits<int64_t>::min(),
+                  origin_ << ": integer overflow in '-(" << x << ")' (integers are 64-bit here)");
+        return json(-x);
       }
       case Expr::Cond:
         if (truthy(eval(*e.args[1]))) return eval(*e.args[0]);
@@ -1370,6 +1410,8 @@ class Renderer {
   std::vector<json> scopes_;
   int64_t steps_ = 0;
   const int64_t max_steps_;
+  const double cpu_start_;
+  int64_t last_clock_check_ = 0;
 };
 
 std::string read_file_text(const fs::path& p) {

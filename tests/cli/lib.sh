@@ -14,7 +14,8 @@ pass() { PASSES=$((PASSES + 1)); echo "ok   $1"; }
 fail() { FAILS=$((FAILS + 1)); echo "FAIL $1"; }
 
 # expect_error NAME PATTERN CMD...: the command must exit non-zero, print one
-# "error:" line on stderr matching PATTERN, and finish within 120 s (no hang).
+# "error:" line on stderr matching PATTERN, with its prefix once ("ulysses CMD: error: "
+# not followed by "CMD:" or another "error:"), and finish within 120 s (no hang).
 expect_error() {
   local name=$1 pattern=$2
   shift 2
@@ -29,6 +30,11 @@ expect_error() {
   local lines
   lines=$(grep -c "error:" "$err")
   if [ "$lines" -lt 1 ]; then fail "$name: no 'error:' line"; return; fi
+  # The prefix once: "ulysses generate: error: generate: ..." or "error: ... error:" is a refusal
+  # whose message was wrapped twice.
+  if grep -q -E -- "error:.*error:|^ulysses ([a-z-]+): error: (ulysses )?\1:" "$err"; then
+    fail "$name: the error prefix is repeated:"; grep "error:" "$err" | head -2 | sed 's/^/     /'; return
+  fi
   pass "$name (exit $rc)"
 }
 
