@@ -13,6 +13,9 @@ to show which rounding the error comes from.
 
     python3 tools/bf16_floor.py --cases fixtures [--json fixtures/bf16_floor.json]
 
+A LoRA case (an adapter/ folder, tools/make_lora_fixtures.py) adds each adapter as the engine
+does (model/lora_linear.cpp) and compares the adapters' gradients (the base is frozen).
+
 Families (config.json's model_type): llama, mistral (sliding window), qwen2 (q/k/v
 biases), qwen3 (per-head q/k RMSNorm, optional q/k/v/o biases). RoPE: default,
 linear, dynamic (per row), llama3 and yarn, with transformers' own formulas (run in float64 too, for
@@ -171,8 +174,17 @@ class Net:
     def __init__(self, case, v):
         self.cfg = AutoConfig.from_pretrained(case / "model")
         self.arch = architecture(self.cfg)
-        weights = load_torch(str(case / "model" / "model.safetensors"))
-        self.params = {k: t.double().requires_grad_(True) for k, t in weights.items()}
+        weights = {k: t.double() for k, t in load_torch(str(case / "model" / "model.safetensors")).items()}
+        self.lora_scale = None
+        if (case / "adapter").is_dir():  # a LoRA case: the adapters train, the base is frozen
+            acfg = json.loads((case / "adapter" / "adapter_config.json").read_text())
+            r = acfg["r"]
+            self.lora_scale = acfg["lora_alpha"] / (math.sqrt(r) if acfg.get("use_rslora") else r)
+            adapters = load_torch(str(case / "adapter" / "adapter_model.safetensors"))
+            self.params = {k: t.double().requires_grad_(True) for k, t in adapters.items()}
+        else:
+            self.params = {k: t.requires_grad_(True) for k, t in weights.items()}
+        self.tensors = {**weights, **self.params}
         self.v = v
         cfg = self.cfg
         self.H, self.Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -197,12 +209,21 @@ class Net:
         return Store.apply(x, self.v["acts"], self.v["grads"])
 
     def w(self, name):  # weight gradients are fp32 accumulators in the engine: never rounded
-        return Store.apply(self.params[name], self.v["weights"], False)
+        return Store.apply(self.tensors[name], self.v["weights"], False)
+
+    def lora(self, y, x, module):
+        """y plus the module's adapter, as the engine adds it: t = x A^T stored in bf16 (and its
+        gradient), then y + s t B^T accumulated into the bf16 y (one rounding of the sum)."""
+        a = f"base_model.model.{module}.lora_A.weight"
+        if self.lora_scale is None or a not in self.tensors:
+            return y
+        t = self.act(x @ self.w(a).T)
+        return self.act(y + self.lora_scale * (t @ self.w(a.replace("lora_A", "lora_B")).T))
 
     def linear(self, x, name, bias):
         """x W^T is a bf16 GEMM output; a bias is then added in fp32 and the sum stored again:
         bf16(bf16(x W^T) + b). The bias gradient is the (unrounded) sum of the bf16 dy."""
-        y = self.act(x @ self.w(name + ".weight").T)
+        y = self.lora(self.act(x @ self.w(name + ".weight").T), x, name)
         return self.act(y + self.w(name + ".bias")) if bias else y
 
     def qkv(self, pre, xn, p):
@@ -238,13 +259,15 @@ class Net:
         # Residual adds: the GEMM output and then the sum are rounded (as this script has always
         # done; the engine's matmul_add epilogue rounds only the sum).
         x_mid = self.act(self.act(o @ self.w(pre + "self_attn.o_proj.weight").T) + x)
+        x_mid = self.lora(x_mid, o, pre + "self_attn.o_proj")
         if self.arch.o_bias:  # added to the stored residual sum in fp32, stored again
             x_mid = self.act(x_mid + self.w(pre + "self_attn.o_proj.bias"))
         xn2 = self.act(rms(x_mid, self.w(pre + "post_attention_layernorm.weight"), self.eps))
-        gate = self.act(xn2 @ self.w(pre + "mlp.gate_proj.weight").T)
-        up = self.act(xn2 @ self.w(pre + "mlp.up_proj.weight").T)
+        gate = self.linear(xn2, pre + "mlp.gate_proj", False)
+        up = self.linear(xn2, pre + "mlp.up_proj", False)
         h = self.act(self.gate_act(gate) * up)
-        return self.act(self.act(h @ self.w(pre + "mlp.down_proj.weight").T) + x_mid)
+        out = self.act(self.act(h @ self.w(pre + "mlp.down_proj.weight").T) + x_mid)
+        return self.lora(out, h, pre + "mlp.down_proj")
 
     def row_loss(self, ids, p, targets):
         """Sum of the row's token cross-entropies (documents from position_ids restarting at 0)."""
@@ -255,7 +278,7 @@ class Net:
         x = self.act(self.w("model.embed_tokens.weight")[ids])
         for layer, window in enumerate(self.arch.windows):
             x = self.layer(layer, x, p, mask if window is None else mask & (i - j < window))
-        head = "lm_head.weight" if "lm_head.weight" in self.params else "model.embed_tokens.weight"
+        head = "lm_head.weight" if "lm_head.weight" in self.tensors else "model.embed_tokens.weight"
         logits = self.act(self.act(rms(x, self.w("model.norm.weight"), self.eps)) @ self.w(head).T)
         valid = targets != -100
         return torch.nn.functional.cross_entropy(logits[valid], targets[valid], reduction="sum")

@@ -16,7 +16,9 @@ With --adamw each step ends with torch.optim.AdamW(fused=True) on the bf16
 parameters (its state in bf16 too: the cheapest full step transformers offers;
 the engine keeps fp32 masters and moments). Prints and writes step time,
 tokens/s and peak GPU memory; an out-of-memory is reported as a result
-("oom": true), not a crash.
+("oom": true), not a crash. With --lora-r R the model is wrapped by PEFT (rank R,
+alpha 2R, all seven projections, adapters in float32 under bf16 autocast) and
+--adamw updates only the adapters: the LoRA peer.
 """
 import argparse
 import json
@@ -89,7 +91,15 @@ def make_model(shape, layers=0, device="cuda"):
     return model
 
 
-def time_steps(model, seq, warmup, steps, label, opt=None):
+def add_lora(model, r):
+    """transformers + PEFT as a LoRA fine-tune runs: adapters of rank r (alpha 2r, no dropout) on all seven
+    projections, in float32 under bf16 autocast (as Trainer's bf16=True), the base frozen in bf16."""
+    from peft import LoraConfig, get_peft_model
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=targets))
+
+
+def time_steps(model, seq, warmup, steps, label, opt=None, autocast=False):
     """Runs warmup + steps training steps on random tokens; returns (sorted step times, out of memory)."""
     ids = torch.randint(0, model.config.vocab_size, (1, seq), device="cuda")
     times, oom = [], False
@@ -98,7 +108,8 @@ def time_steps(model, seq, warmup, steps, label, opt=None):
         for i in range(warmup + steps):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = model(input_ids=ids, labels=ids)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                out = model(input_ids=ids, labels=ids)
             out.loss.backward()
             if opt is not None:
                 opt.step()
@@ -134,15 +145,22 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--no-checkpointing", action="store_true")
     ap.add_argument("--adamw", action="store_true", help="a full step: fused AdamW after the backward")
+    ap.add_argument("--lora-r", type=int, default=0, help="LoRA through PEFT with this rank (0: full)")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     model = make_model(a.shape, a.layers)
     if not a.no_checkpointing:
-        model.gradient_checkpointing_enable()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True) if a.adamw else None
-    times, oom = time_steps(model, a.seq, a.warmup, a.steps, "hf", opt)
-    res = {"peer": "transformers", "shape": a.shape, "layers": model.config.num_hidden_layers, "seq_len": a.seq,
-           "checkpointing": not a.no_checkpointing, "adamw": a.adamw, "oom": oom,
+        # With LoRA non-reentrant: the frozen embeddings' output does not require gradients.
+        kwargs = {"gradient_checkpointing_kwargs": {"use_reentrant": False}} if a.lora_r else {}
+        model.gradient_checkpointing_enable(**kwargs)
+    if a.lora_r:
+        model = add_lora(model, a.lora_r)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5, fused=True) if a.adamw else None
+    times, oom = time_steps(model, a.seq, a.warmup, a.steps, "hf", opt, autocast=a.lora_r > 0)
+    res = {"peer": "transformers + PEFT" if a.lora_r else "transformers", "shape": a.shape,
+           "layers": model.config.num_hidden_layers, "seq_len": a.seq,
+           "checkpointing": not a.no_checkpointing, "adamw": a.adamw, "lora_r": a.lora_r, "oom": oom,
            "peak_device_bytes": torch.cuda.max_memory_allocated()}
     report(res, times, "HF_JSON ", a.json)
 

@@ -294,8 +294,15 @@ std::unique_ptr<Backend> make_cpu_backend(bool lagging_transfers = false);
 // act_dtype: BF16 (training) or F32 (checking against float64 references).
 std::unique_ptr<Backend> make_cuda_backend(int device_index, DType act_dtype = DType::BF16);
 bool cuda_backend_compiled_in();
-// The GPU a process with this node-local rank uses: local_rank % visible GPUs.
-int cuda_device_for_local_rank(int local_rank);
+// The GPU a process with this node-local rank uses: local_rank % visible GPUs (ranks beyond
+// the GPUs share them). With one_per_rank (--comm nccl: NCCL needs a GPU of its own per rank),
+// a local rank at or beyond the visible GPUs is an error naming both; `rank_source` is the
+// launcher variable the local rank came from, for that message. A rank that sees one GPU
+// (CUDA_VISIBLE_DEVICES set per task, e.g. srun --gpus-per-task=1) always takes it.
+int cuda_device_for_local_rank(int local_rank, bool one_per_rank = false, const std::string& rank_source = "");
+// The GPU's PCI bus id ("0000:19:00.0"): the same physical GPU has the same one in every
+// process, whatever CUDA_VISIBLE_DEVICES numbers it; "" in builds without CUDA or on failure.
+std::string cuda_device_bus_id(int device_index);
 // Whether p points into CUDA device (or managed) memory; false in builds without CUDA.
 bool cuda_device_pointer(const void* p);
 

@@ -46,6 +46,7 @@ std::vector<OptionSpec> bench_specs() {
   };
   for (auto& s : engine_option_specs())
     if (s.name != "memory-report") specs.push_back(s);
+  for (auto& s : lora_option_specs()) specs.push_back(s);
   return specs;
 }
 
@@ -69,6 +70,7 @@ std::vector<double> time_steps(Engine& engine, AdamW* optimizer, const TokenBatc
                                int64_t steps, StepProfile* profile, double& first_step) {
   Backend& backend = engine.backend();
   LlamaWeights& weights = engine.weights();
+  ParameterSet& trained = engine.trained();  // the weights, or with LoRA the adapters
   std::vector<double> times;
   backend.pools().reset_peaks();
   for (int64_t i = 0; i < warmup + steps; ++i) {
@@ -78,7 +80,7 @@ std::vector<double> time_steps(Engine& engine, AdamW* optimizer, const TokenBatc
     const auto t0 = std::chrono::steady_clock::now();
     {
       ProfileScope prof(backend, "zero grads");
-      weights.zero_grads(backend);
+      trained.zero_grads(backend);
     }
     compute_loss_and_grads(engine.model(), weights, backend, engine.mesh(), batch);
     if (optimizer) optimizer->step();
@@ -124,6 +126,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
   check_ranks_agree(world, {{"options", std::vector<std::string>(argv + 1, argv + argc)}}, "bench");
 
   EngineConfig engine_config = engine_config_from(args, optimize);
+  engine_config.lora = lora_config_from(args, "bench");
   Engine engine(engine_config, world);
   Backend* backend = &engine.backend();
   ProcessMesh& mesh = engine.mesh();
@@ -158,11 +161,12 @@ int run_bench(int argc, char** argv, Communicator& world) {
   engine.check_and_reserve(plan);
   options = engine.step_options();
 
-  LlamaWeights& weights = engine.load_weights(config, nullptr, 1234);
+  engine.load_weights(config, nullptr, 1234);
+  if (engine_config.lora.enabled()) engine.load_lora("", 1234);
   std::unique_ptr<AdamW> optimizer;
   if (optimize)
     optimizer = std::make_unique<AdamW>(
-        weights, *backend, OptimizerConfig{},
+        engine.trained(), *backend, OptimizerConfig{},
         OptimizerPlacement{zero >= 1 ? &mesh.world() : nullptr, engine_config.offload_optimizer});
   const TokenBatch batch = synthetic_batch(B, S, config.vocab_size);
   engine.mark(optimize ? "optimizer state and batch" : "batch");
@@ -177,7 +181,8 @@ int run_bench(int argc, char** argv, Communicator& world) {
       time_steps(engine, optimizer.get(), batch, warmup, steps, profiling ? &profile : nullptr, first_step);
   std::sort(times.begin(), times.end());
   const double t = times[times.size() / 2];
-  const StepFlops f = step_flops(config, std::vector<int64_t>(B, S), options.checkpoint);
+  const StepFlops f = step_flops(config, std::vector<int64_t>(B, S), options.checkpoint,
+                                 engine.lora() ? static_cast<double>(engine.lora()->num_elements()) : 0.0);
   const double gpus = world.size();
   const MemorySnapshot mem = MemorySnapshot::of(backend->pools());
   nlohmann::json j = {
@@ -189,7 +194,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       {"checkpoint", options.checkpoint}, {"offload_layers", options.offload_layers},
       {"keep_attention", options.keep_attention}, {"checkpoint_segment", options.checkpoint_segment},
       {"head_chunks", options.head_chunks}, {"grad_dtype", dtype_name(options.grad_dtype)},
-      {"comm_overlap", options.overlap_communication},
+      {"comm_overlap", options.overlap_communication}, {"lora_r", engine_config.lora.r},
       {"tiled_mlp", options.mlp_tiles}, {"tiled_loss", options.loss_tile_tokens}, {"step_time_s", t},
       {"tokens_per_s", B * S / t}, {"alst_tflops_per_gpu", f.alst / t / gpus / 1e12},
       {"mfu", f.useful / t / gpus / kH100PeakBf16Flops}, {"peak_device_bytes", mem.device.peak},

@@ -3,10 +3,15 @@
 #include <cstdlib>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/launch_env.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/log.h"
 #include "core/memory_pools.h"
+#include "core/split.h"
+#include "io/peft_adapter.h"
 #include "train/engine_option_table.h"
 #include "train/memory_plan.h"
 
@@ -41,6 +46,29 @@ EngineConfig engine_config_from(const Args& args, bool optimizer) {
         return v.empty() ? o.bare_value : v;
       },
       OptionSpelling::Flags, optimizer);
+}
+
+std::vector<OptionSpec> lora_option_specs() {
+  return {{"lora-r", true, false, "LoRA: the adapters' rank, the base frozen (default: no LoRA)"},
+          {"lora-alpha", true, false, "LoRA: the scaling's numerator, alpha / r (default 2 x r)"},
+          {"lora-targets", true, false,
+           "LoRA: the projections, comma-separated PEFT names (q_proj,...,down_proj) or all-linear (the default)"}};
+}
+
+LoraConfig lora_config_from(const Args& args, const std::string& command) {
+  LoraConfig c;
+  if (!args.has("lora-r")) {
+    ULY_CHECK(!args.has("lora-alpha") && !args.has("lora-targets"),
+              command << ": --lora-alpha and --lora-targets need --lora-r (the adapters' rank)");
+    return c;
+  }
+  c.r = args.get_int("lora-r", 0, IntRange{1, 65536, "the adapters' rank"});
+  c.alpha = args.get_double("lora-alpha", 2.0 * static_cast<double>(c.r), RealRange{0, 1e9, true, false, "positive"});
+  const std::string list = args.get("lora-targets", "all-linear");
+  const nlohmann::json names = list == "all-linear" ? nlohmann::json(list) : nlohmann::json(split_commas(list));
+  c.targets = parse_lora_targets(names, command, "--lora-targets");
+  check_lora_config(c, command + ": --lora-r");
+  return c;
 }
 
 ModelConfig model_config_from(const Args& args, const std::string& command) {

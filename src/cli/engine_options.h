@@ -16,6 +16,10 @@ std::vector<OptionSpec> engine_option_specs();
 // The engine the flags ask for. optimizer: whether the step includes AdamW (without one, --zero 2
 // and 3 still shard the gradients and weights; --zero 1 and --offload-optimizer are refused).
 EngineConfig engine_config_from(const Args& args, bool optimizer);
+// bench's and plan's LoRA flags (--lora-r, --lora-alpha, --lora-targets), and the LoraConfig they
+// give (r 0: off; alpha 2 r and every projection by default), checked as train's lora block is.
+std::vector<OptionSpec> lora_option_specs();
+LoraConfig lora_config_from(const Args& args, const std::string& command);
 // --model DIR (its config.json) or --shape NAME, then --layers N if given.
 ModelConfig model_config_from(const Args& args, const std::string& command);
 

@@ -11,7 +11,6 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "comm/launch_env.h"
 #include "core/error.h"
 #include "core/nearest.h"
 #include "core/log.h"
@@ -103,10 +102,6 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<Communicator> world;
   try {
-    if (command == "train" || command == "loss-grad" || command == "bench" || command == "comm-bench") {
-      const std::string foreign = foreign_launcher_message(argc, argv);
-      ULY_CHECK(foreign.empty(), foreign);
-    }
     world = make_world_communicator(&argc, &argv);
     int code = 2;
     if (command == "loss-grad") {

@@ -215,6 +215,7 @@ int run_plan(int argc, char** argv) {
     if (s.name != "dry-run" && s.name != "memory-report" && s.name != "no-reserve" && s.name != "comm" &&
         s.name != "memory-limit")
       specs.push_back(s);
+  for (auto& s : lora_option_specs()) specs.push_back(s);
   Args args("plan", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("plan", specs);
@@ -225,7 +226,8 @@ int run_plan(int argc, char** argv) {
   ULY_CHECK(seq_len > 0 || args.has("max-seq"),
             "plan: give the sequence length with --seq TOKENS (or --max-seq to find the longest that fits)");
   ULY_CHECK(!(args.has("optimizer") && args.has("no-optimizer")), "plan: --optimizer and --no-optimizer contradict");
-  const EngineConfig engine = engine_config_from(args, !args.has("no-optimizer"));
+  EngineConfig engine = engine_config_from(args, !args.has("no-optimizer"));
+  engine.lora = lora_config_from(args, "plan");
   const Device device = engine.backend == BackendKind::Cuda ? Device::CUDA : Device::CPU;
   const std::string backend = backend_kind_name(engine.backend);
   // Where the GPU is here, its backend answers for its own workspaces (cuDNN's); elsewhere they are estimated.

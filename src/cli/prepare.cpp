@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/split.h"
 #include "data/prepare.h"
 #include "io/parquet_rows.h"
 
@@ -25,15 +26,8 @@ std::vector<std::string> collect_inputs(int argc, char** argv, int first, const 
   }
   for (const std::string& p : args.positional()) raw.push_back(p);
   std::vector<std::string> out;
-  for (const std::string& r : raw) {
-    size_t p = 0;
-    while (p <= r.size()) {
-      size_t q = r.find(',', p);
-      if (q == std::string::npos) q = r.size();
-      if (q > p) out.push_back(r.substr(p, q - p));
-      p = q + 1;
-    }
-  }
+  for (const std::string& r : raw)
+    for (std::string& piece : split_commas(r)) out.push_back(std::move(piece));
   return out;
 }
 

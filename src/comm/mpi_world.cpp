@@ -5,6 +5,7 @@
 
 #include "comm/communicator.h"
 #include "comm/launch_env.h"
+#include "comm/tcp_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -14,6 +15,8 @@ namespace ulysses {
 bool mpi_compiled_in() { return true; }
 
 std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
+  // torchrun's contract without an MPI launcher: the ranks meet over TCP at MASTER_ADDR:MASTER_PORT.
+  if (detect_torchrun_env().present) return make_tcp_world_from_env();
   const LaunchEnv env = detect_launch_env();
   if (!env.launched && !env.forced) {
     set_process_identity(0, 1);

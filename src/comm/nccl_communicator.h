@@ -1,4 +1,5 @@
-// NCCL communicator, bootstrapped over an existing (MPI) communicator by
+// NCCL communicator, bootstrapped over an existing host communicator (MPI, or TCP
+// under torchrun: comm/tcp_communicator.h) by
 // broadcasting an ncclUniqueId. Buffers are device pointers.
 #pragma once
 #include <memory>

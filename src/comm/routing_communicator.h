@@ -1,5 +1,5 @@
 // One group, two transports: collectives on device buffers go to the device
-// communicator (NCCL), those on host buffers to the host one (MPI). The step
+// communicator (NCCL), those on host buffers to the host one (MPI or TCP). The step
 // code mixes both — tensors on the GPU, and host scalars such as token counts
 // and the agreement checks of the mesh — so a GPU run with NCCL needs both, in
 // the same group with the same ranks.

@@ -9,6 +9,7 @@
 #include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
+#include "core/split.h"
 #include "data/permutation.h"
 #include "io/regular_file.h"
 
@@ -300,15 +301,9 @@ void DataLoader::restore_json(const std::string& text) {
 std::vector<std::string> resolve_shards(const std::string& spec, const std::string& split) {
   std::vector<std::string> out;
   if (spec.find(',') != std::string::npos) {
-    size_t p = 0;
-    while (p <= spec.size()) {
-      size_t q = spec.find(',', p);
-      if (q == std::string::npos) q = spec.size();
-      if (q > p) {
-        auto part = resolve_shards(spec.substr(p, q - p), split);
-        out.insert(out.end(), part.begin(), part.end());
-      }
-      p = q + 1;
+    for (const std::string& piece : split_commas(spec)) {
+      auto part = resolve_shards(piece, split);
+      out.insert(out.end(), part.begin(), part.end());
     }
     return out;
   }

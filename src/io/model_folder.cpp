@@ -124,6 +124,10 @@ const SafetensorsFile& ModelFolder::file_of(const std::string& name) const {
   return files_[it->second];
 }
 
+void ModelFolder::read_ahead() const {
+  for (const SafetensorsFile& f : files_) f.read_ahead();
+}
+
 const SafetensorsInfo& ModelFolder::info(const std::string& name) const { return file_of(name).info(name); }
 
 std::vector<std::string> ModelFolder::tensor_names() const {

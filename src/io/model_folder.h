@@ -23,6 +23,8 @@ class ModelFolder {
   const SafetensorsInfo& info(const std::string& name) const;
   const SafetensorsFile& file_of(const std::string& name) const;
   std::vector<std::string> tensor_names() const;
+  // Every weight file read ahead in the background (SafetensorsFile::read_ahead).
+  void read_ahead() const;
 
  private:
   std::string dir_;

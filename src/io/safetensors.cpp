@@ -283,6 +283,10 @@ const SafetensorsInfo& SafetensorsFile::info(const std::string& name) const {
   return entries_[it->second];
 }
 
+void SafetensorsFile::read_ahead() const {
+  if (map_ && map_->base != nullptr) madvise(const_cast<char*>(map_->base), map_->size, MADV_WILLNEED);
+}
+
 Tensor SafetensorsFile::view(const std::string& name) const {
   const SafetensorsInfo& e = info(name);
   const char* p = map_->data() + e.begin;

@@ -34,6 +34,9 @@ class SafetensorsFile {
   const SafetensorsInfo& info(const std::string& name) const;  // throws if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
+  // Asks the kernel to read the whole file into the page cache in the background (advice: the
+  // views below then fault in pages already read instead of one disk read at a time).
+  void read_ahead() const;
   // A zero-copy view of the stored bytes (keeps the mapping alive).
   Tensor view(const std::string& name) const;
   // The tensor converted to float32 / float64 (any float dtype), as a new host tensor.

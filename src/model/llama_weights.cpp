@@ -56,6 +56,7 @@ LlamaWeights::LlamaWeights(const ModelConfig& c, DType grad_dtype, ParameterShar
 
 void LlamaWeights::load(const ModelFolder& folder, Backend& backend) {
   allocate(backend);
+  folder.read_ahead();  // the disk reads ahead while earlier tensors are converted and uploaded
   for (auto& p : params()) {
     ULY_CHECK(folder.contains(p.name), folder.dir() << ": tensor '" << p.name
                                                     << "' is missing from the weights (expected shape "

@@ -13,18 +13,23 @@ namespace ulysses {
 namespace {
 
 // Ranks on one node that would put two NCCL ranks on one GPU (NCCL refuses
-// that); the message names them and the way out.
+// that); the message names them and the way out. GPUs are compared by PCI bus id,
+// so ranks that each see their own GPU as device 0 (srun --gpus-per-task=1) pass.
 void check_one_gpu_per_rank(Communicator& world, int device) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  const int64_t mine[2] = {static_cast<int64_t>(std::hash<std::string>{}(host)), device};
-  std::vector<int64_t> all(2 * static_cast<size_t>(world.size()));
-  world.all_gather(mine, all.data(), 2, DType::I64);
+  const std::string bus = cuda_device_bus_id(device);
+  const int64_t gpu = bus.empty() ? device : static_cast<int64_t>(std::hash<std::string>{}(bus));
+  const int64_t mine[3] = {static_cast<int64_t>(std::hash<std::string>{}(host)), gpu, device};
+  std::vector<int64_t> all(3 * static_cast<size_t>(world.size()));
+  world.all_gather(mine, all.data(), 3, DType::I64);
   for (int a = 0; a < world.size(); ++a)
     for (int b = a + 1; b < world.size(); ++b)
-      ULY_CHECK(all[2 * a] != all[2 * b] || all[2 * a + 1] != all[2 * b + 1],
-                "comm nccl needs one GPU per rank, but ranks " << a << " and " << b << " share cuda:"
-                                                                << all[2 * a + 1] << " on one node; start at most "
+      ULY_CHECK(all[3 * a] != all[3 * b] || all[3 * a + 1] != all[3 * b + 1],
+                "comm nccl needs one GPU per rank, but ranks " << a << " and " << b << " share one GPU (cuda:"
+                                                                << all[3 * a + 2] << " of rank " << a << ", cuda:"
+                                                                << all[3 * b + 2] << " of rank " << b
+                                                                << ") on one node; start at most "
                                                                 << "as many ranks per node as it has GPUs, or use "
                                                                 << "--comm mpi (device tensors staged through host "
                                                                 << "memory), which lets ranks share a GPU");

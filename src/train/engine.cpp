@@ -20,8 +20,27 @@ std::unique_ptr<Backend> make_backend(const EngineConfig& c, int world_rank) {
     ULY_CHECK(c.act_dtype == DType::F32, "the cpu backend computes in fp32 only (it is the reference)");
     return make_cpu_backend();
   }
-  return make_cuda_backend(cuda_device_for_local_rank(node_local_rank(world_rank)), c.act_dtype);
+  return make_cuda_backend(
+      cuda_device_for_local_rank(node_local_rank(world_rank), c.comm == CommKind::Nccl, node_local_rank_source()),
+      c.act_dtype);
 }
+
+namespace {
+
+// What LoRA does not run with yet, refused in one line naming the setting.
+void check_lora_engine(const EngineConfig& c) {
+  if (!c.lora.enabled()) return;
+  const bool flags = c.spelling == OptionSpelling::Flags;
+  ULY_CHECK(c.zero == 0, "LoRA with ZeRO stage " << c.zero << " is not supported yet (the adapters are small and "
+                                                 << "replicated); drop " << (flags ? "--zero" : "zero"));
+  ULY_CHECK(!c.offload_optimizer, "LoRA with the optimizer offloaded is not supported yet (the adapters' state is "
+                                  "small); drop " << (flags ? "--offload-optimizer" : "offload_optimizer"));
+  ULY_CHECK(c.memory.grad_dtype == DType::F32,
+            "LoRA keeps float32 gradients for the adapters and none for the base; drop "
+                << (flags ? "--grad-dtype bf16" : "grad_dtype: bfloat16"));
+}
+
+}  // namespace
 
 PlanRequest make_plan_request(const EngineConfig& c, const ModelConfig& model, int64_t seq_len, int ranks,
                               Device device, Backend* runtime) {
@@ -43,26 +62,10 @@ PlanRequest make_plan_request(const EngineConfig& c, const ModelConfig& model, i
   req.gradient_shards = c.zero >= 2 ? ranks : 1;
   req.weight_shards = c.zero >= 3 ? ranks : 1;
   req.runtime = runtime;
+  check_lora_engine(c);  // plan refuses what the engine would
   req.lora = c.lora;
   return req;
 }
-
-namespace {
-
-// What LoRA does not run with yet, refused in one line naming the setting.
-void check_lora_engine(const EngineConfig& c) {
-  if (!c.lora.enabled()) return;
-  const bool flags = c.spelling == OptionSpelling::Flags;
-  ULY_CHECK(c.zero == 0, "LoRA with ZeRO stage " << c.zero << " is not supported yet (the adapters are small and "
-                                                 << "replicated); drop " << (flags ? "--zero" : "zero"));
-  ULY_CHECK(!c.offload_optimizer, "LoRA with the optimizer offloaded is not supported yet (the adapters' state is "
-                                  "small); drop " << (flags ? "--offload-optimizer" : "offload_optimizer"));
-  ULY_CHECK(c.memory.grad_dtype == DType::F32,
-            "LoRA keeps float32 gradients for the adapters and none for the base; drop "
-                << (flags ? "--grad-dtype bf16" : "grad_dtype: bfloat16"));
-}
-
-}  // namespace
 
 Engine::Engine(const EngineConfig& config, Communicator& world)
     : config_(config), world_(world), backend_(make_backend(config, world.rank())) {

@@ -68,4 +68,22 @@ if [ -n "$(gradients)" ] && [ "$(gradients)" != "$(gradients --grad-dtype bf16)"
 then pass "plan counts bfloat16 gradient buffers"; else fail "plan --grad-dtype bf16"; gradients; gradients --grad-dtype bf16; fi
 expect_error "bench: an unknown --grad-dtype" "--grad-dtype takes float32 or bfloat16, got 'fp16'" \
   "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --grad-dtype fp16
+# LoRA (--lora-r): only the adapters train; the measured peak equals the plan's (bench --dry-run and
+# plan), which is below the full step's; what LoRA does not run with is refused in one line.
+planned() { awk '$1 == "peak" && $2 == "device" { gsub(/[(]/, "", $5); print $5 }'; }
+if run --lora-r 4 --lora-targets q_proj,v_proj,down_proj > lora.txt 2>&1 && grep -q '"lora_r":4' lora.txt; then
+  measured=$(python3 -c "import json,sys; print(json.loads([l for l in open('lora.txt') if l.startswith('BENCH_JSON ')][0][11:])['peak_device_bytes'])")
+  dry=$(run --lora-r 4 --lora-targets q_proj,v_proj,down_proj --dry-run | planned)
+  plan_lora=$("$ULYSSES" plan --shape tiny --seq 256 --lora-r 4 --lora-targets q_proj,v_proj,down_proj | planned)
+  plan_full=$("$ULYSSES" plan --shape tiny --seq 256 | planned)
+  if [ -n "$measured" ] && [ "$measured" = "$dry" ] && [ "$dry" = "$plan_lora" ] && [ "$plan_lora" -lt "$plan_full" ]; then
+    pass "bench --lora-r: measured $measured = planned, below the full step's $plan_full"
+  else fail "bench --lora-r: measured '$measured', dry-run '$dry', plan '$plan_lora', full '$plan_full'"; fi
+else fail "bench --lora-r runs"; tail -5 lora.txt; fi
+expect_error "bench: --lora-alpha without --lora-r" "--lora-alpha and --lora-targets need --lora-r" \
+  "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --lora-alpha 8
+expect_error "bench: an unknown --lora-targets name" "names 'qproj'" \
+  "$ULYSSES" bench --shape tiny --seq 256 --backend cpu --lora-r 4 --lora-targets qproj
+expect_error "plan: LoRA with ZeRO" "LoRA with ZeRO stage 2 is not supported yet" \
+  "$ULYSSES" plan --shape tiny --seq 256 --lora-r 4 --zero 2
 finish

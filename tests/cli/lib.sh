@@ -49,6 +49,24 @@ write_tiny_model() {
 JSON
 }
 
+# check_against_reference NAME OUT [REF]: a loss-grad output's loss within 1e-5 and every gradient
+# within 1e-4 (relative norms) of the float64 reference REF (default: $F/reference.safetensors,
+# F being the test's fixture folder); prints the worst differences.
+check_against_reference() {
+  if python3 - "$2" "${3:-$F/reference.safetensors}" <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file
+out, ref = load_file(sys.argv[1]), load_file(sys.argv[2])
+rel = lambda a, b: float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b))
+assert rel(out["loss"], ref["loss"]) <= 1e-5, (out["loss"], ref["loss"])
+worst = max((rel(out[k], ref[k]), k) for k in ref if k.startswith("grad."))
+assert worst[0] <= 1e-4, worst
+print(f"     loss {rel(out['loss'], ref['loss']):.1e}, worst gradient {worst[0]:.1e} ({worst[1]})")
+PY
+  then pass "$1"; else fail "$1"; fi
+}
+
 finish() {
   echo "$PASSES passed, $FAILS failed"
   [ $FAILS -eq 0 ]

@@ -460,6 +460,35 @@ TEST_F(CudaBackendTest, AllocatorAccountingAndOutOfMemory) {
   EXPECT_EQ(p.current_bytes(), pb);
 }
 
+// A block of 256 MiB and more is huge-page memory faulted in by several threads and registered
+// with the driver: it must be pinned (the driver knows it), whole, and copy both ways at any offset.
+TEST_F(CudaBackendTest, LargePinnedBlocksAreRegisteredAndCopyBothWays) {
+  cuda::PinnedHostAllocator& p = cuda::pinned_host_allocator();
+  const size_t before = p.current_bytes();
+  const size_t bytes = (size_t{300} << 20) + 123;
+  auto* mem = static_cast<unsigned char*>(p.allocate(bytes));
+  ASSERT_NE(mem, nullptr);
+  EXPECT_EQ(p.current_bytes(), before + bytes);
+  cudaPointerAttributes attr{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, mem + bytes - 1), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "the block's last byte is not pinned";
+  for (size_t i = 0; i < bytes; i += 4093) mem[i] = static_cast<unsigned char>(i * 7 + 1);
+  mem[bytes - 1] = 0xA5;
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(d, mem, bytes, cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  std::memset(mem, 0, bytes);
+  ASSERT_EQ(cudaMemcpy(mem, d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  size_t wrong = 0;
+  for (size_t i = 0; i < bytes - 1; i += 4093) wrong += mem[i] != static_cast<unsigned char>(i * 7 + 1);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(mem[bytes - 1], 0xA5);
+  cudaFree(d);
+  p.deallocate(mem, bytes);
+  EXPECT_EQ(p.current_bytes(), before);
+}
+
 TEST_F(CudaBackendTest, ReservedMemoryServesTensorsWithoutTheDeviceAllocator) {
   Allocator& raw = cuda::device_allocator(0);
   gpu->reserve_memory(size_t{64} << 20, size_t{8} << 20);

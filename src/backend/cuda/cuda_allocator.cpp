@@ -2,8 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/check.h"
@@ -30,6 +36,75 @@ std::string gib(size_t bytes) {
 void report_free_error(cudaError_t err, const char* what) {
   if (err == cudaSuccess || err == cudaErrorCudartUnloading) return;
   std::fprintf(stderr, "ulysses: warning: %s failed: %s\n", what, cudaGetErrorString(err));
+}
+
+// Large pinned blocks (the step's host arena: up to tens of GiB of offloaded checkpoints).
+// cudaMallocHost faults in and pins 4 KiB pages on one thread (PyTorch pins 32 GiB in ~14 s
+// on the H200's host). Here: anonymous memory aligned for transparent huge pages, faulted in by
+// several threads at once (zeroing pages is the cost, and it parallelises), then registered
+// with the driver in one call (one range, so a copy may span any part of it).
+constexpr size_t kLargePinned = size_t{256} << 20;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+struct Mapping {
+  void* base;  // what mmap returned
+  size_t length;
+};
+
+std::mutex& mappings_mu() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+std::unordered_map<void*, Mapping>& mappings() {  // user pointer -> its mapping
+  static auto* m = new std::unordered_map<void*, Mapping>();
+  return *m;
+}
+
+void fault_in_parallel(char* p, size_t bytes) {
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t per = (bytes / threads + kHugePage - 1) / kHugePage * kHugePage;
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads && t * per < bytes; ++t)
+    pool.emplace_back([=] {
+      const size_t end = std::min(bytes, (t + 1) * per);
+      for (size_t off = t * per; off < end; off += 4096) p[off] = 0;
+    });
+  for (auto& th : pool) th.join();
+}
+
+// nullptr when this path cannot be taken (the caller falls back to cudaMallocHost).
+void* pin_large(size_t bytes) {
+  const size_t length = (bytes + kHugePage - 1) / kHugePage * kHugePage + kHugePage;  // room to align
+  void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  const auto addr = reinterpret_cast<uintptr_t>(base);
+  char* p = reinterpret_cast<char*>((addr + kHugePage - 1) / kHugePage * kHugePage);
+  const size_t usable = length - static_cast<size_t>(p - static_cast<char*>(base));
+  madvise(p, usable, MADV_HUGEPAGE);  // advice only: without huge pages it still works, slower
+  fault_in_parallel(p, bytes);
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();
+    munmap(base, length);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mappings_mu());
+  mappings()[p] = Mapping{base, length};
+  return p;
+}
+
+// True when ptr came from pin_large (and is now returned).
+bool unpin_large(void* ptr) {
+  Mapping m{};
+  {
+    std::lock_guard<std::mutex> lock(mappings_mu());
+    auto it = mappings().find(ptr);
+    if (it == mappings().end()) return false;
+    m = it->second;
+    mappings().erase(it);
+  }
+  report_free_error(cudaHostUnregister(ptr), "cudaHostUnregister");
+  munmap(m.base, m.length);
+  return true;
 }
 
 }  // namespace
@@ -67,7 +142,11 @@ PinnedHostAllocator::PinnedHostAllocator(std::string name) : name_(std::move(nam
 
 void* PinnedHostAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = nullptr;
+  void* p = bytes >= kLargePinned ? pin_large(bytes) : nullptr;
+  if (p != nullptr) {
+    bump_peak(current_, peak_, bytes);
+    return p;
+  }
   const cudaError_t err = cudaMallocHost(&p, bytes);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -83,7 +162,7 @@ void* PinnedHostAllocator::allocate(size_t bytes) {
 
 void PinnedHostAllocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  report_free_error(cudaFreeHost(ptr), "cudaFreeHost");
+  if (!unpin_large(ptr)) report_free_error(cudaFreeHost(ptr), "cudaFreeHost");
   current_.fetch_sub(bytes);
 }
 

@@ -1,5 +1,6 @@
-// Device memory (cudaMalloc) and page-locked host memory (cudaMallocHost, for
-// offloaded activations) with byte and peak accounting.
+// Device memory (cudaMalloc) and page-locked host memory (for offloaded activations:
+// cudaMallocHost, or for blocks of 256 MiB and more huge-page memory faulted in by several
+// threads and registered with cudaHostRegister) with byte and peak accounting.
 #pragma once
 #include <atomic>
 #include <string>

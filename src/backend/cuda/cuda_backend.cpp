@@ -431,12 +431,33 @@ bool cuda_device_pointer(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-int cuda_device_for_local_rank(int local_rank) {
+std::string cuda_device_bus_id(int device_index) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), device_index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return id;
+}
+
+int cuda_device_for_local_rank(int local_rank, bool one_per_rank, const std::string& rank_source) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
     cudaGetLastError();
     return local_rank;  // make_cuda_backend reports the missing GPU
   }
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  // One visible GPU under a per-task CUDA_VISIBLE_DEVICES is this rank's own (srun --gpus-per-task=1);
+  // the one-GPU-per-rank check of --comm nccl (parallel/step_communicator.cpp) still compares ranks.
+  const bool bound_per_task = count == 1 && visible != nullptr && *visible != '\0';
+  ULY_CHECK(!one_per_rank || local_rank < count || bound_per_task,
+            "node-local rank " << local_rank << (rank_source.empty() ? "" : " (" + rank_source + ")")
+                               << " but this process sees only " << count << " GPU" << (count == 1 ? "" : "s")
+                               << " (CUDA_VISIBLE_DEVICES=" << (visible ? visible : "unset")
+                               << "): --comm nccl needs one GPU per rank, so this node runs more ranks than it has "
+                                  "GPUs; start at most " << count << " rank" << (count == 1 ? "" : "s")
+                               << " per node (torchrun --nproc-per-node, srun --ntasks-per-node, mpirun --map-by "
+                                  "ppr:N:node), or use --comm mpi, which lets ranks share a GPU");
   // Ranks beyond the visible GPUs share them round-robin (several ranks on one
   // GPU is how a single-GPU machine runs sequence parallelism).
   return local_rank % count;
