@@ -47,8 +47,11 @@ OVERFLOW_NUMBERS = ["9223372036854775808", "-9223372036854775809", "184467440737
 
 
 class Case:
-    def __init__(self, name, argv, expect=REFUSE, stdin=b"", setup=None, cwd=None):
+    def __init__(self, name, argv, expect=REFUSE, stdin=b"", setup=None, cwd=None, produces=()):
         self.name = name
+        # numbers the input itself computes (a template's `-9223372036854775807 - 1`): shown in a
+        # message, they are the input's own values, not an overflow of the engine's
+        self.produces = tuple(produces)
         self.argv = argv          # after the binary; may contain "{W}" (the case's folder)
         self.expect = expect
         self.stdin = stdin
@@ -699,8 +702,13 @@ def template_cases(w):
         "macro recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
         "namespace self nest": "{% set ns = namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}"
                                "{% endfor %}{{ ns.a|length }}",
+        # within the stated bound (a value nests at most 100 levels: 90 lists in a namespace) it
+        # renders; past it, built or given (a kwargs value within JSON's 128 levels), it is refused
         "tojson deep": "{% set ns = namespace(a=1) %}{% for i in range(90) %}{% set ns.a = [ns.a] %}{% endfor %}"
-                       "{{ ns.a|tojson(indent=64) }}",
+                       "{{ ns.a|tojson(indent=1) }}",
+        "tojson past the depth bound": "{% set ns = namespace(a=1) %}{% for i in range(100) %}{% set ns.a = [ns.a] %}"
+                                       "{% endfor %}{{ ns.a|tojson }}",
+        "tojson of a deep given value": "{{ deep|tojson }}{{ messages[0].content }}",
         "tojson indent huge": "{{ messages|tojson(indent=9223372036854775807) }}",
         "join huge": "{{ (range(1000000)|list)|join('xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx') }}",
         "loop over string chars": "{% for c in 'abc' * 1000000 %}{{ c }}{% endfor %}",
@@ -716,21 +724,31 @@ def template_cases(w):
         "filter chain": "{{ messages" + "|list" * 50000 + " }}",
         "many turns": "{% for m in messages %}{% for n in messages %}{{ m.content }}{% endfor %}{% endfor %}",
     }
+    # the input's own expression computes the smallest integer: a message may quote it
+    computes_int64_min = ("int min negate", "int min div -1", "int min mod -1")
     for name, tpl in templates.items():
-        expect = ANY if name in ("many turns", "nul in template", "attribute of none") else REFUSE
+        # `% -1` is 0 for every integer (docs/reliability.md), the smallest one too
+        expect = ANY if name in ("many turns", "nul in template", "attribute of none", "tojson deep",
+                                 "int min mod -1") else REFUSE
+        produces = (INT64_MIN,) if name in computes_int64_min else ()
+        kwargs = ["--chat-template-kwargs", '{"deep": %s}' % deep_json(110, "list")] \
+            if name == "tojson of a deep given value" else []
         gen_expect = ANY if name == "invalid utf8" else expect  # written into JSON as text: valid UTF-8 there
 
         def setup(d, tpl=tpl):
             write(os.path.join(d, "t.jinja"), tpl)
         cases.append(Case("template/prepare/%s" % name,
                           ["prepare", "--input", w.jsonl, "--out", "{W}/prep", "--tokenizer", w.tokenizer,
-                           "--chat-template", "{W}/t.jinja", "--quiet"], expect, setup=setup))
+                           "--chat-template", "{W}/t.jinja", "--quiet"] + kwargs, expect, setup=setup,
+                          produces=produces))
         cfg = json.load(open(os.path.join(w.model, "tokenizer_config.json")))
         cfg["chat_template"] = tpl if isinstance(tpl, str) else tpl.decode("latin-1")
         cases.append(Case("template/generate/%s" % name,
-                          ["generate", "--model", "{W}/model", "--prompt", "hi", "--chat", "--max-new-tokens", "1"],
-                          gen_expect, setup=model_dir_setup(w, files={"tokenizer_config.json": json.dumps(cfg)})))
-    kwargs = ["[1,2]", "{", deep_json(100000, "obj"), '{"a":1,"a":2}', "null", "", '{"tools":' +
+                          ["generate", "--model", "{W}/model", "--prompt", "hi", "--chat", "--max-new-tokens", "1"]
+                          + kwargs, gen_expect, setup=model_dir_setup(w, files={"tokenizer_config.json": json.dumps(cfg)}),
+                          produces=produces))
+    # one argument holds at most 128 KiB (MAX_ARG_STRLEN)
+    kwargs = ["[1,2]", "{", deep_json(20000, "obj"), '{"a":1,"a":2}', "null", "", '{"tools":' +
               deep_json(200, "list") + "}", '"x"', '{"add_generation_prompt":"yes"}']
     for j, kw in enumerate(kwargs):
         expect = ANY if kw == '{"a":1,"a":2}' else REFUSE
@@ -1008,6 +1026,8 @@ def classify(case, rc, out, err, timed_out, inputs_text):
     shown = OVERFLOWED.findall(line)
     given = inputs_text() if shown else ""
     for num in shown:
+        if num in case.produces:
+            continue
         if num.lstrip("-") not in given:
             return "unclean", "overflowed number %s shown: %s" % (num, line[:200])
     return "ok", ""
@@ -1064,16 +1084,47 @@ def run_case(case, ulysses, base, timeout):
 CLASSES = ["crash", "hang", "wrong", "unclean", "probe-error", "ok"]
 
 
+def self_test():
+    """The judge on fixed outcomes (ctest hostile_probe_self_test): a number the input computes is
+    its own; one it neither holds nor computes, or a sign flipped, is an overflow shown."""
+    given = "-9223372036854775807 - 1"
+    line = "ulysses prepare: error: t.jinja: integer overflow in '%s // -1' (integers are 64-bit here)\n"
+    computes = Case("computes", [], produces=(INT64_MIN,))
+    plain = Case("plain", [])
+    checks = [
+        (computes, line % INT64_MIN, "ok"),                 # the input's own value
+        (plain, line % INT64_MIN, "unclean"),               # not declared: an overflow shown
+        (computes, line % "9223372036854775808", "unclean"),  # the sign lost: an overflow
+        (plain, "ulysses bench: error: --steps must be in [1, 1099511627776], got -9223372036854775808\n", "unclean"),
+        (plain, "ulysses prepare: error: x: error: y\n", "unclean"),
+        (plain, "ulysses prepare: error: prepare: y\n", "unclean"),
+        (plain, "ulysses prepare: error: one line\n", "ok"),
+    ]
+    bad = 0
+    for case, err, want in checks:
+        got, why = classify(case, 1, b"", err, False, lambda: given)
+        if got != want:
+            bad += 1
+            print("self-test: %r judged %s (%s), expected %s" % (err.strip(), got, why, want))
+    print("self-test: %d of %d judgements as expected" % (len(checks) - bad, len(checks)))
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ulysses", required=True, help="the binary to probe")
+    ap.add_argument("--ulysses", help="the binary to probe")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--filter", default="", help="only cases whose name contains this (a regular expression)")
     ap.add_argument("--quick", action="store_true", help="a fixed subset (one case in twelve), for CI")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per case before it counts as a hang")
     ap.add_argument("--list", action="store_true", help="list the cases and stop")
     ap.add_argument("--verbose", action="store_true", help="print every case's outcome")
+    ap.add_argument("--self-test", action="store_true", help="check the judge on fixed outcomes and stop")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.ulysses:
+        ap.error("--ulysses is required (but with --self-test)")
     ulysses = os.path.abspath(args.ulysses)
     base = tempfile.mkdtemp(prefix="hostile_probe.")
     try:

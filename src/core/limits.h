@@ -126,10 +126,14 @@ inline constexpr int kMaxTokenizerSequenceDepth = 16;  // normalizer / pre-token
 // evaluator recurse), evaluation steps per render (nodes run and expressions evaluated: a
 // loop over range(10**9) stops), and the size of any string or list a render builds.
 inline constexpr int kMaxTemplateDepth = 100;
-inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 24;
-// And the CPU time of one render: 10 s (the steps alone can take minutes when each step is
-// slow: a join or a filter over a million items).
-inline constexpr double kMaxTemplateSeconds = 10.0;
+// 2^20 steps: a conversation of the 1024 messages an SFT record may hold renders in about 50K
+// with the largest templates we know (Qwen 3 with tools); a loop step costs about 1 us.
+inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 20;
+// And the CPU time of one render: 4 s (the steps alone can take minutes when each step is
+// slow: a join or a filter over a million items). A job of many renders (prepare) stops at its
+// first refusal, so this bounds the whole job's time in a runaway template, not each record's
+// (at 10 s and 2^24 steps per render, a 20-record file took minutes).
+inline constexpr double kMaxTemplateSeconds = 4.0;
 // The output, and any string value: 64 MiB (a million-token conversation renders to a few MB; at
 // 256 MiB one input of chat_template_fuzz built strings for 13 s under the sanitizers).
 inline constexpr size_t kMaxTemplateBytes = size_t{64} << 20;

@@ -19,6 +19,7 @@
 #include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
+#include "io/text_input.h"
 
 namespace ulysses {
 namespace {
@@ -753,8 +754,8 @@ struct LoopContinue {};
 
 class Renderer {
  public:
-  Renderer(const std::string& origin, const json& context, int64_t max_steps)
-      : origin_(origin), max_steps_(max_steps), cpu_start_(thread_cpu_seconds()) {
+  Renderer(const std::string& origin, const json& context, int64_t max_steps, const std::atomic<bool>* stop)
+      : origin_(origin), max_steps_(max_steps), stop_(stop), cpu_start_(thread_cpu_seconds()) {
     scopes_.push_back(context);
   }
 
@@ -767,7 +768,7 @@ class Renderer {
           check_size(out.size());
           break;
         case Node::Output:
-          out += py_str(eval(*n.expr));
+          out += py_str(printable(eval(*n.expr)));
           check_size(out.size());
           break;
         case Node::If:
@@ -874,6 +875,8 @@ class Renderer {
     // step count alone does not bound the time.
     if (steps_ - last_clock_check_ >= 64) {
       last_clock_check_ = steps_;
+      ULY_CHECK(!stop_ || !stop_->load(std::memory_order_relaxed),
+                origin_ << ": the render was stopped (another render of this job was refused)");
       ULY_CHECK(thread_cpu_seconds() - cpu_start_ <= limits::kMaxTemplateSeconds,
                 origin_ << ": the template ran for more than " << limits::kMaxTemplateSeconds
                         << " s of CPU time (a runaway loop?)");
@@ -899,15 +902,26 @@ class Renderer {
   // costs what the copy into the new value already cost.
   // `within`: the levels above v once it is stored (1 for a namespace attribute).
   json checked_depth(json v, int within = 0) const {
-    std::vector<std::pair<const json*, int>> todo{{&v, 1 + within}};
+    check_depth(v, 1 + within, "a value the template built");
+    return v;
+  }
+  // The same bound for a value printed or given to tojson, whether the template built it or was
+  // given it (a record's tool calls, --chat-template-kwargs: JSON allows 128 levels there):
+  // printing and dumping recurse once per level.
+  const json& printable(const json& v) const {
+    if (v.is_structured()) check_depth(v, 1, "a value printed or given to tojson");
+    return v;
+  }
+  // v's levels, v itself being at level `first`: more than kMaxTemplateDepth is refused.
+  void check_depth(const json& v, int first, const char* what) const {
+    std::vector<std::pair<const json*, int>> todo{{&v, first}};
     while (!todo.empty()) {
       const auto [p, d] = todo.back();
       todo.pop_back();
       if (!p->is_structured()) continue;
-      if (d > limits::kMaxTemplateDepth) refuse_nesting(origin_, limits::kMaxTemplateDepth, "a value the template built");
+      if (d > limits::kMaxTemplateDepth) refuse_nesting(origin_, limits::kMaxTemplateDepth, what);
       for (const json& c : *p) todo.emplace_back(&c, d + 1);
     }
-    return v;
   }
 
   [[noreturn]] void type_error(const std::string& what, const json& v) {
@@ -1168,7 +1182,7 @@ class Renderer {
         indent = static_cast<int>(k);
       }
       std::string out;
-      dump_py_json(v, out, indent, 0);
+      dump_py_json(printable(v), out, indent, 0);
       return out;
     }
     if (f == "upper" || f == "lower") return method(json(py_str(v)), f, {});
@@ -1204,7 +1218,7 @@ class Renderer {
       const bool boolean = args.size() > 1 && truthy(args[1]);
       return (is_undef(v) || (boolean && !truthy(v))) ? (args.empty() ? json("") : args[0]) : v;
     }
-    if (f == "string") return py_str(v);
+    if (f == "string") return py_str(printable(v));
     if (f == "int") return to_int(v);
     if (f == "list") {
       if (v.is_array()) return v;
@@ -1410,6 +1424,7 @@ class Renderer {
   std::vector<json> scopes_;
   int64_t steps_ = 0;
   const int64_t max_steps_;
+  const std::atomic<bool>* stop_;
   const double cpu_start_;
   int64_t last_clock_check_ = 0;
 };
@@ -1421,6 +1436,19 @@ std::string read_file_text(const fs::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+}  // namespace
+
+// A template file is text: transformers reads it as UTF-8 and refuses other bytes; rendered, they
+// went on into the tokens unseen.
+std::string read_chat_template_file(const std::string& path) {
+  std::string text = read_file_text(path);
+  ULY_CHECK(utf8_valid_bytes(text.data(), text.size()) == text.size(),
+            path << ": the chat template holds bytes that are not UTF-8 text");
+  return text;
+}
+
+namespace {
 
 fs::path folder_of(const std::string& path) {
   std::error_code ec;
@@ -1453,9 +1481,9 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string origin)
 ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 
-std::string ChatTemplate::render(const json& context, int64_t max_steps) const {
+std::string ChatTemplate::render(const json& context, int64_t max_steps, const std::atomic<bool>* stop) const {
   std::string out;
-  Renderer r(origin_, context.is_object() ? context : json::object(), max_steps);
+  Renderer r(origin_, context.is_object() ? context : json::object(), max_steps, stop);
   try {
     r.run(impl_->nodes, out);
   } catch (const LoopBreak&) {
@@ -1471,7 +1499,7 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
   std::error_code ec;
   if (fs::is_regular_file(dir / "chat_template.jinja", ec)) {
     if (origin) *origin = (dir / "chat_template.jinja").string();
-    return read_file_text(dir / "chat_template.jinja");
+    return read_chat_template_file((dir / "chat_template.jinja").string());
   }
   const json c = read_tokenizer_config(dir);
   const std::string where = (dir / "tokenizer_config.json").string() + ": chat_template";

@@ -155,7 +155,7 @@ expect_error "a missing config file" "missing.yaml: cannot open training config 
 
 # ---- a full disk under metrics.jsonl: a clear error, not a silently short log ----
 ( trap '' XFSZ; ulimit -f 8; "$ULYSSES" train train.yaml out_dir=full steps=200 > full.log 2>&1 ); rc=$?
-if [ $rc -ne 0 ] && grep -q "error: full/metrics.jsonl: write failed (File too large); is the disk full?" full.log; then
+if [ $rc -ne 0 ] && one_error_line full.log && grep -q "error: full/metrics.jsonl: write failed (File too large); is the disk full?" full.log; then
   pass "a failed metrics write stops the run with one line (exit $rc)"
 else fail "a failed metrics write (exit $rc)"; tail -3 full.log; fi
 
