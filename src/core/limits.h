@@ -86,6 +86,9 @@ inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
 // rotations speed up with the dimension, and far above 1e12 every frequency but the first
 // rounds to 0 (a run then trains a model without positions, silently).
 inline constexpr RealRange kRopeTheta{1, 1e12, false, false, "the RoPE base"};
+// A RoPE scaling factor (linear, dynamic, llama3, yarn): (0, 1024]. Models use 2 .. 64; at
+// 1e308 every position divides to ~0 (a model without positions, silently).
+inline constexpr RealRange kRopeFactor{0, 1024, true, false, "a RoPE scaling factor"};
 // RMSNorm's epsilon: 1e-30 .. 1. Models use 1e-6 .. 1e-5; 0 or a denormal divides by ~0 on an
 // all-zero row (a NaN), and above 1 it swamps the activations it normalises.
 inline constexpr RealRange kRmsNormEps{1e-30, 1, false, false, "RMSNorm's epsilon"};

@@ -116,6 +116,34 @@ expect_error "a runaway template over a file of 200 records" \
   "$ULYSSES" prepare --input many.jsonl --out p5 --tokenizer "$MODEL" --chat-template t.jinja --quiet --threads 2
 [ $(( $(date +%s) - start )) -lt 30 ] && pass "the whole run stopped within 30 s" || fail "the runaway template ran $(( $(date +%s) - start )) s"
 
+# ---- prepare's counts: decimal notation only (stod read 0x10 as 16) ----
+for opt in chunk-bytes shard-tokens; do
+  expect_error "prepare --$opt 0x10" "^ulysses prepare: error: --$opt expects a positive count such as 100M, got '0x10'" \
+    "$ULYSSES" prepare --input chat.jsonl --out p6 --tokenizer "$MODEL" --$opt 0x10 --quiet
+done
+expect_error "prepare --val-fraction 0x0.1" "^ulysses prepare: error: --val-fraction expects a number in \[0, 1\), got '0x0.1'" \
+  "$ULYSSES" prepare --input chat.jsonl --out p6 --tokenizer "$MODEL" --val-fraction 0x0.1 --quiet
+
+# ---- a message quoting an input at length stays a readable line (the probe's 2 MB model_type) ----
+mkdir -p longtype && cp "$MODEL"/* longtype/
+python3 -c "
+import json; p = 'longtype/config.json'; c = json.load(open(p)); c['model_type'] = 'x' * (2 << 20); json.dump(c, open(p, 'w'))"
+expect_error "a 2 MB model_type" "^ulysses generate: error: .*xxxx \.\.\. \([0-9]+ bytes left out\) \.\.\. xxxx" \
+  "$ULYSSES" generate --model longtype --prompt hi --max-new-tokens 1
+[ "$(wc -c < "$TMP/stderr")" -lt 4096 ] && pass "its line is under 4 KiB" || fail "a line of $(wc -c < "$TMP/stderr") bytes"
+
+expect_error "an unknown command of 5,000 bytes" "^ulysses: error: unknown command 'x{60}\.\.\.'" \
+  "$ULYSSES" "$(printf 'x%.0s' $(seq 5000))"
+[ "$(wc -c < "$TMP/stderr")" -lt 200 ] && pass "its line is short" || fail "a line of $(wc -c < "$TMP/stderr") bytes"
+
+# ---- a RoPE scaling factor has a stated range (1e308 divided every position to ~0) ----
+mkdir -p bigfactor && cp "$MODEL"/* bigfactor/
+python3 -c "
+import json; p = 'bigfactor/config.json'; c = json.load(open(p))
+c['rope_scaling'] = {'rope_type': 'dynamic', 'factor': 1e308}; c.pop('rope_parameters', None); json.dump(c, open(p, 'w'))"
+expect_error "rope_scaling.factor 1e308" "field 'rope_scaling.factor' must be in \(0, 1024\] \(a RoPE scaling factor\), got 1e\+308" \
+  "$ULYSSES" generate --model bigfactor --prompt hi --max-new-tokens 1
+
 # ---- data.val: checked at start-up, with or without evaluation ----
 "$ULYSSES" prepare --input "$ROOT/README.md" --out data --quiet > /dev/null 2>&1 \
   && pass "prepare a corpus" || fail "prepare a corpus"
