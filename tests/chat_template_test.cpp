@@ -4,8 +4,12 @@
 // its message. Plus the Jinja rules that templates lean on, case by case.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <thread>
 
 #include "core/error.h"
 #include "core/limits.h"
@@ -151,14 +155,15 @@ TEST(ChatTemplate, ReasoningSplitAndReversedLoops) {
 }
 
 TEST(ChatTemplate, StatedLimits) {
-  auto refused = [](const std::string& src, const std::string& what) {
+  auto refused_with = [](const std::string& src, const json& ctx, const std::string& what) {
     try {
-      render(src);
+      render(src, ctx);
       ADD_FAILURE() << "expected a refusal: " << src.substr(0, 80);
     } catch (const Error& e) {
       EXPECT_NE(e.message().find(what), std::string::npos) << e.message();
     }
   };
+  auto refused = [&](const std::string& src, const std::string& what) { refused_with(src, json::object(), what); };
   const int d = limits::kMaxTemplateDepth + 5;
   refused("{{ " + std::string(d, '(') + "1" + std::string(d, ')') + " }}", "nesting deeper than 100 at");
   const int ok = limits::kMaxTemplateDepth - 10;  // each parenthesis is one level
@@ -191,6 +196,24 @@ TEST(ChatTemplate, StatedLimits) {
           "evaluation steps");
   refused("{{ {'a': 1}|tojson(indent=100000000) }}", "indent in [0, 64]");
   EXPECT_EQ(render("{{ range(3, -3, -2)|list }} {{ range(0)|list }} {{ 'ab' * 2 }}{{ 'x' * -1 }}"), "[3, 1, -1] [] abab");
+  // The value depth bound holds for every value printed or given to tojson, not only for what a
+  // render builds: a context value (a record's tool calls, --chat-template-kwargs) may nest the
+  // 128 levels JSON allows, and was dumped whole. Within the bound it renders.
+  auto nested = [](int levels) {
+    json v = 1;
+    for (int i = 0; i < levels; ++i) v = json::array({v});
+    return v;
+  };
+  const int deep = limits::kMaxTemplateDepth + 10, within = limits::kMaxTemplateDepth - 10;
+  refused_with("{{ x|tojson }}", {{"x", nested(deep)}}, "nesting deeper than 100 at a value printed or given to tojson");
+  refused_with("{{ x }}", {{"x", nested(deep)}}, "nesting deeper than 100 at a value printed or given to tojson");
+  refused_with("{{ x|string }}", {{"x", nested(deep)}}, "nesting deeper than 100");
+  EXPECT_EQ(render("{{ x|tojson }}", {{"x", nested(within)}}).size(), 2 * static_cast<size_t>(within) + 1);
+  // Built by the template: 90 levels in a namespace (91 counted from it) render; 100 do not.
+  const std::string built = "{% set ns = namespace(a=1) %}{% for i in range(N) %}{% set ns.a = [ns.a] %}{% endfor %}"
+                            "{{ ns.a|tojson(indent=64)|length > 0 }}";
+  EXPECT_EQ(render(std::regex_replace(built, std::regex("N"), "90")), "True");
+  refused(std::regex_replace(built, std::regex("N"), "100"), "nesting deeper than 100 at a value the template built");
 }
 
 TEST(ChatTemplate, ErrorsNameTheConstruct) {
@@ -215,7 +238,32 @@ TEST(ChatTemplate, ErrorsNameTheConstruct) {
                "the integer 99999999999999999999 is out of the 64-bit range");
   EXPECT_ERROR(ChatTemplate("{{ 1" + std::string(400, '0') + ".5 }}", "t.jinja"), "is out of the double range");
   EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
+  // A template file is UTF-8 text (transformers reads it so); other bytes were rendered into the
+  // tokens unseen (the hostile probe's finding).
+  const std::string dir = ::testing::TempDir() + "/chat_template_utf8";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/chat_template.jinja") << "{{ '\xff\xfe' }}";
+  EXPECT_ERROR(find_chat_template(dir), "chat_template.jinja: the chat template holds bytes that are not UTF-8 text");
+  EXPECT_ERROR(read_chat_template_file(dir + "/chat_template.jinja"), "not UTF-8 text");
+  std::ofstream(dir + "/chat_template.jinja") << "{{ 'caf\xc3\xa9' }}";
+  EXPECT_EQ(ChatTemplate(*find_chat_template(dir), "t").render(json::object()), "caf\xc3\xa9");
   EXPECT_EQ(render("{{ '99999999999999999999'|int }}"), "0");
+}
+
+// A job of many renders (prepare on several threads) stops every render in flight once its
+// first refusal sets the flag: a runaway template costs one render's bound, not one per record.
+TEST(ChatTemplate, ARenderStopsWhenItsJobIsStopped) {
+  const ChatTemplate t("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "t.jinja");
+  std::atomic<bool> stop{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;
+  });
+  // Steps without bound here: only the flag (or the 4 s CPU bound, which fails the test) ends it.
+  EXPECT_ERROR(t.render(json::object(), int64_t{1} << 40, &stop), "t.jinja: ", "the render was stopped");
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
 }
 
 }  // namespace

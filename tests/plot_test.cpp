@@ -197,8 +197,9 @@ TEST_F(PlotTest, BadInputGivesOneClearLine) {
                "--log-y", "positive");
   EXPECT_ERROR(plot({good}), "--out");
   EXPECT_ERROR(plot({"-o", out("x.png")}), "metrics file");
-  EXPECT_ERROR(plot({good, good, "-o", out("x.png")}), "exactly one metrics file");
-  EXPECT_ERROR(plot({good, "-o", out("x.png"), "--width", "10"}), "10x500", "out of range");
+  // A second file is a word plot does not take (issue 28: stray words are refused as such).
+  EXPECT_ERROR(plot({good, good, "-o", out("x.png")}), "unexpected argument", "good.jsonl");
+  EXPECT_ERROR(plot({good, "-o", out("x.png"), "--width", "10"}), "--width must be in [200, 8000]", "got 10");
   EXPECT_ERROR(plot({good, "-o", out("x.png"), "--height", "tall"}), "--height", "integer");
   EXPECT_ERROR(plot({good, "-o", out("x.png"), "--logy"}), "unknown option --logy", "--log-y");
   EXPECT_ERROR(plot({good, "-o", dir_ + "/no/such/dir/x.png"}), "no/such/dir/x.png");

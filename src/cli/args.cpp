@@ -9,7 +9,8 @@
 
 namespace ulysses {
 
-Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first)
+Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first,
+           size_t max_positional)
     : command_(command) {
   auto find = [&](const std::string& name) -> const OptionSpec* {
     for (const auto& s : specs)
@@ -19,6 +20,11 @@ Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0 || a == "--") {
+      ULY_CHECK(positional_.size() < max_positional,
+                command << ": unexpected argument '" << a << "'"
+                        << (a.size() > 1 && a[0] == '-' ? " (options start with --)" : "")
+                        << (max_positional == 0 ? "; this command takes options only"
+                                                : "; see 'ulysses " + command + " --help'"));
       positional_.push_back(a);
       continue;
     }
@@ -47,6 +53,9 @@ Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int
       has_value = true;
     }
     ULY_CHECK(spec->takes_value || !has_value, command << ": option --" << a << " takes no value");
+    // "--steps=" or "--steps ''" (a variable that expanded to nothing) is a mistake, not the default.
+    ULY_CHECK(!has_value || !value.empty() || spec->empty_ok,
+              command << ": option --" << a << " was given an empty value; give a value or leave the option out");
     values_[a] = value;
   }
 }
@@ -82,7 +91,9 @@ double Args::get_double(const std::string& name, double fallback) const {
   try {
     size_t used = 0;
     const double v = std::stod(it->second, &used);
-    if (used == it->second.size() && std::isfinite(v)) return v;
+    // Decimal only: strtod also reads hexadecimal floats ("0x10" = 16), which no user means here.
+    const bool hex = it->second.find_first_of("xX") != std::string::npos;
+    if (used == it->second.size() && std::isfinite(v) && !hex) return v;
   } catch (...) {
   }
   ULY_FAIL(command_ << ": option --" << name << " expects a finite number, got '" << it->second << "'");

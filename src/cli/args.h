@@ -15,12 +15,15 @@ struct OptionSpec {
   bool takes_value;      // --name VALUE / --name=VALUE
   bool value_optional;   // --name alone is allowed too (e.g. --tiled-mlp[=N])
   std::string help;
+  bool empty_ok = false;  // an empty value (--name= or --name '') means something; otherwise it is refused
 };
 
 class Args {
  public:
-  // Parses argv[first..]; throws ulysses::Error on unknown options or missing values.
-  Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first);
+  // Parses argv[first..]; throws ulysses::Error on unknown options, missing or empty values, and
+  // on more than max_positional words that are not options (a stray word is a mistake, not ignored).
+  Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first,
+       size_t max_positional = 0);
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback = "") const;
   std::string require(const std::string& name) const;

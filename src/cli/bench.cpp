@@ -14,6 +14,7 @@
 #include "cli/engine_options.h"
 #include "core/log.h"
 #include "core/step_profile.h"
+#include "io/atomic_file.h"
 #include "io/model_folder.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
@@ -112,6 +113,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
   const int64_t B = args.get_int("batch", 1, limits::kBatch);
   const int64_t steps = args.get_int("steps", 3, limits::kSteps), warmup = args.get_int("warmup", 1, limits::kStepCount);
   const bool find_max = args.has("find-max-seq");
+  // An option read in one mode only is refused in the others, not ignored unchecked.
+  ULY_CHECK(find_max || !args.has("host-mem-limit"),
+            "bench: --host-mem-limit is the host budget of --find-max-seq; give it with --find-max-seq or leave it out");
   ULY_CHECK(!find_max || (B == 1 && !args.has("seq")),
             "bench --find-max-seq finds the sequence length itself, for one sequence: leave out --seq and --batch");
   if (!find_max) check_tokens_fit_host("bench: a step", B * S, host_memory_available());
@@ -224,7 +228,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
       std::cout << "\nprofile of rank 0, mean per timed step (the step time above is the median):\n"
                 << profile.table();
     std::cout << "BENCH_JSON " << j.dump() << std::endl;
-    if (args.has("json")) std::ofstream(args.get("json")) << j.dump(2) << "\n";
+    if (args.has("json")) write_file_atomic(args.get("json"), j.dump(2) + "\n");  // a regular file or nothing
   }
   return 0;
 }

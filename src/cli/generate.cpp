@@ -68,13 +68,15 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
   std::stringstream ss(text);
   for (std::string part; std::getline(ss, part, ',');) {
+    int64_t id = 0;
     try {
       size_t used = 0;
-      ids.push_back(static_cast<int32_t>(std::stol(part, &used)));
+      id = std::stoll(part, &used);
       ULY_CHECK(used == part.size(), "");
     } catch (...) {
       ULY_FAIL("generate: --prompt-ids expects comma-separated integers, got '" << part << "'");
     }
+    ids.push_back(static_cast<int32_t>(check_in_range("generate: --prompt-ids: id", id, limits::kTokenId)));
   }
   return ids;
 }
@@ -109,7 +111,7 @@ int run_generate(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {
       {"model", true, false, "a Hugging Face folder or a checkpoint's model/ folder"},
       {"tokenizer", true, false, "tokenizer.json or its folder, or 'byte' (default: the model folder's, else byte)"},
-      {"prompt", true, false, "the prompt text"},
+      {"prompt", true, false, "the prompt text", /*empty_ok=*/true},
       {"prompt-ids", true, false, "the prompt as comma-separated token ids (instead of --prompt)"},
       {"chat", false, false, "wrap the prompt as one user message in the model's chat template"},
       {"chat-template-kwargs", true, false, "with --chat: more template variables as a JSON object, e.g. "
@@ -144,8 +146,7 @@ int run_generate(int argc, char** argv) {
   ULY_CHECK(std::isfinite(so.temperature) && so.temperature >= 0, "generate: --temperature must be >= 0, got " << so.temperature);
   ULY_CHECK(so.top_k >= 0, "generate: --top-k must be >= 0, got " << so.top_k);
   ULY_CHECK(so.top_p > 0 && so.top_p <= 1, "generate: --top-p must be in (0, 1], got " << so.top_p);
-  const int64_t max_new = args.get_int("max-new-tokens", 64);
-  ULY_CHECK(max_new > 0, "generate: --max-new-tokens must be positive, got " << max_new);
+  const int64_t max_new = args.get_int("max-new-tokens", 64, limits::kNewTokens);
   const int64_t seed = args.get_int("seed", 0);
 
   std::vector<int32_t> prompt;

@@ -67,7 +67,6 @@ int run_loss_grad(int argc, char** argv, Communicator& world) {
   }
   const std::string model_dir = args.require("model"), batch_path = args.require("batch"),
                     out_path = args.require("out");
-  ULY_CHECK(args.positional().empty(), "loss-grad: unexpected argument '" << args.positional()[0] << "'");
 
   ModelFolder folder = ModelFolder::open(model_dir);
   const ModelConfig& config = folder.config();

@@ -60,8 +60,40 @@ std::string unknown_command(const std::string& command) {
   const std::string guess = ulysses::nearest(command, names);
   const bool plausible = ulysses::edit_distance(command, guess) <= 2 ||
                          (command.size() >= 2 && guess.rfind(command, 0) == 0);
-  return "unknown command '" + command + "'" + (plausible ? " (did you mean '" + guess + "'?)" : "") +
+  const std::string shown = command.size() <= 64 ? command : command.substr(0, 60) + "...";  // a 5,000-byte word
+  return "unknown command '" + shown + "'" + (plausible ? " (did you mean '" + guess + "'?)" : "") +
          "; 'ulysses --help' lists the commands";
+}
+
+// The message of a refusal without the prefixes main adds itself: library and command code
+// often name the command ("generate: ...") or wrap another message ("error: ..."), and the line
+// must carry "ulysses <command>: error: " once. Strips any run of "ulysses <command>: ",
+// "ulysses: ", "<command>: " and "error: " at the start.
+std::string without_repeated_prefix(const std::string& command, std::string message) {
+  const std::string prefixes[] = {"ulysses " + command + ": ", "ulysses: ", command + ": ", "error: "};
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const std::string& p : prefixes)
+      if (message.size() > p.size() && message.compare(0, p.size(), p) == 0) {
+        message.erase(0, p.size());
+        stripped = true;
+      }
+  }
+  return message;
+}
+
+// A message quoting an input at length (a 2 MB model_type) stays a line a person can read: past
+// kMaxMessageBytes its middle is left out, cut at UTF-8 character starts.
+std::string bounded(std::string message) {
+  constexpr size_t kMaxMessageBytes = 2000, kHead = 1400, kTail = 400;
+  if (message.size() <= kMaxMessageBytes) return message;
+  auto start_of_char = [&](size_t i) {
+    while (i > 0 && (static_cast<unsigned char>(message[i]) & 0xC0) == 0x80) --i;
+    return i;
+  };
+  const size_t head = start_of_char(kHead), tail = start_of_char(message.size() - kTail);
+  return message.substr(0, head) + " ... (" + std::to_string(tail - head) + " bytes left out) ... " +
+         message.substr(tail);
 }
 
 }  // namespace
@@ -113,7 +145,7 @@ int main(int argc, char** argv) {
     return code;
   } catch (const Error& e) {
     std::ostringstream line;  // one write per message: ranks sharing a terminal do not interleave mid-line
-    line << "ulysses " << command << ": error: " << e.message();
+    line << "ulysses " << command << ": error: " << bounded(without_repeated_prefix(command, e.message()));
     if (process_world_size() > 1) line << " (rank " << process_rank() << ")";
     line << '\n';
     std::cerr << line.str() << std::flush;

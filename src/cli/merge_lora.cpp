@@ -29,7 +29,6 @@ int run_merge_lora(int argc, char** argv) {
   }
   const std::string model_dir = args.require("model"), adapter_dir = args.require("adapter"),
                     out_dir = args.require("out"), dtype_name_arg = args.get("dtype", "bfloat16");
-  ULY_CHECK(args.positional().empty(), "merge-lora: unexpected argument '" << args.positional()[0] << "'");
   ULY_CHECK(dtype_name_arg == "bfloat16" || dtype_name_arg == "float16" || dtype_name_arg == "float32",
             "merge-lora: --dtype must be bfloat16, float16 or float32, got '" << dtype_name_arg << "'");
   const DType dtype = dtype_name_arg == "float32" ? DType::F32 : dtype_name_arg == "float16" ? DType::F16 : DType::BF16;

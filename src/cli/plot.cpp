@@ -21,6 +21,7 @@
 #include "core/json_depth.h"
 #include "core/error.h"
 #include "io/png.h"
+#include "io/regular_file.h"
 
 namespace ulysses {
 
@@ -59,6 +60,8 @@ bool take_loss(const nlohmann::json& j, const char* key, const std::string& wher
 }
 
 Metrics read_metrics(const std::string& path) {
+  // A regular file only: /dev/zero or a FIFO would be read (or waited on) forever.
+  require_regular_file(path, "metrics file");
   std::ifstream in(path);
   ULY_CHECK(in.good(), "plot: cannot open metrics file '" << path << "' (does it exist? the trainer writes "
                                                            << "metrics.jsonl into its --out folder)");
@@ -327,7 +330,7 @@ std::vector<std::string> expand_short_options(int argc, char** argv) {
 int run_plot(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {
       {"out", true, false, "the PNG to write (also -o FILE); required"},
-      {"title", true, false, "title above the plot (default 'training loss'; '' for none)"},
+      {"title", true, false, "title above the plot (default 'training loss'; '' for none)", /*empty_ok=*/true},
       {"width", true, false, "image width in pixels (default 900)"},
       {"height", true, false, "image height in pixels (default 500)"},
       {"log-y", false, false, "logarithmic loss axis"},
@@ -336,7 +339,7 @@ int run_plot(int argc, char** argv) {
   std::vector<std::string> words = expand_short_options(argc, argv);
   std::vector<char*> ptrs;
   for (auto& w : words) ptrs.push_back(w.data());
-  Args args("plot", specs, int(ptrs.size()), ptrs.data(), 2);
+  Args args("plot", specs, int(ptrs.size()), ptrs.data(), 2, 1);
   if (args.has("help")) {
     std::cout << "usage: ulysses plot METRICS.jsonl -o loss.png [options]\n\n"
               << "Draws training loss (and eval loss, when logged) against step as a PNG.\n\n"
@@ -349,12 +352,10 @@ int run_plot(int argc, char** argv) {
   const std::string out = args.require("out");
   PlotStyle st;
   st.title = args.get("title", st.title);
-  st.width = int(args.get_int("width", st.width));
-  st.height = int(args.get_int("height", st.height));
+  // Checked as the 64-bit values given: an int cast first would wrap 4294967496 to 200.
+  st.width = int(args.get_int("width", st.width, limits::kPlotWidth));
+  st.height = int(args.get_int("height", st.height, limits::kPlotHeight));
   st.log_y = args.has("log-y");
-  ULY_CHECK(st.width >= 200 && st.width <= 8000 && st.height >= 150 && st.height <= 8000,
-            "plot: image size " << st.width << "x" << st.height
-                                << " out of range (width 200..8000, height 150..8000 pixels)");
   const std::string path = args.positional()[0];
   const Metrics m = read_metrics(path);
   const Canvas cv = render(m, st);

@@ -42,7 +42,9 @@ int64_t parse_count(const std::string& option, const std::string& text) {
     if (c == 'G' || c == 'g') scale = 1e9;
     if (scale != 1) digits.pop_back();
   }
-  try {
+  // Decimal notation only: stod also reads hexadecimal (0x10 was 16), "inf" and leading blanks.
+  const bool decimal = !digits.empty() && digits.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (decimal) try {
     size_t used = 0;
     const double v = std::stod(digits, &used);
     if (used == digits.size() && v > 0 && v * scale <= 1e18) return static_cast<int64_t>(std::llround(v * scale));
@@ -84,7 +86,7 @@ int run_prepare(int argc, char** argv) {
       {"quiet", false, false, "no progress on stderr"},
       {"help", false, false, "show this help"},
   };
-  Args args("prepare", specs, argc, argv, 2);
+  Args args("prepare", specs, argc, argv, 2, static_cast<size_t>(-1));
   if (args.has("help")) {
     std::cout << Args::usage("prepare", specs)
               << "\nInputs: a file is one document, except .jsonl/.ndjson files (one record a line) and Parquet\n"
@@ -117,7 +119,8 @@ int run_prepare(int argc, char** argv) {
     const std::string v = args.get("val-fraction");
     char* end = nullptr;
     o.val_fraction = std::strtod(v.c_str(), &end);
-    ULY_CHECK(!v.empty() && end && *end == '\0', "prepare: --val-fraction expects a number in [0, 1), got '" << v << "'");
+    ULY_CHECK(!v.empty() && end && *end == '\0' && v.find_first_not_of("0123456789.eE+-") == std::string::npos,
+              "prepare: --val-fraction expects a number in [0, 1), got '" << v << "'");
   }
   o.seed = static_cast<uint64_t>(args.get_int("seed", 0, limits::kSeed));
   o.threads = static_cast<int>(args.get_int("threads", 0, IntRange{0, max_threads(), "0 = all cores; at most 4 x this host's hardware threads"}));

@@ -29,8 +29,6 @@ int run_tokenize(int argc, char** argv) {
     std::cout << Args::usage("tokenize", specs) << "\nReads stdin, writes stdout.\n";
     return 0;
   }
-  ULY_CHECK(args.positional().empty(), "tokenize: unexpected argument '" << args.positional()[0]
-                                                                          << "' (the text comes on stdin)");
   const auto tok = open_tokenizer(args.get("tokenizer", "byte"));
   // stdin may be endless (a device, a pipe from yes): read it within a stated limit.
   std::string input;
@@ -54,7 +52,11 @@ int run_tokenize(int argc, char** argv) {
     std::vector<int32_t> ids;
     for (const auto& v : j) {
       ULY_CHECK(v.is_number_integer(), "tokenize --decode: " << v.dump() << " is not an integer id");
-      ids.push_back(v.get<int32_t>());
+      // An id past int64 parses as uint64: range-check the unsigned value before any cast.
+      const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(limits::kTokenId.hi);
+      ULY_CHECK(!too_big, "tokenize --decode: id " << v.dump() << " must be in " << describe_range(limits::kTokenId)
+                                                    << " (" << limits::kTokenId.note << ")");
+      ids.push_back(static_cast<int32_t>(check_in_range("tokenize --decode: id", v.get<int64_t>(), limits::kTokenId)));
     }
     std::cout << tok->decode(ids, args.has("skip-special-tokens"));
     std::cout.flush();

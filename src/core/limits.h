@@ -60,6 +60,11 @@ inline constexpr IntRange kOffloadLayers{-1, 1 << 16, "layers; -1 = all"};
 inline constexpr IntRange kCheckpointSegment{1, 1 << 16, "layers per checkpoint segment"};
 inline constexpr IntRange kHeadChunks{1, 1 << 12, "head chunks per attention call"};
 inline constexpr IntRange kKeepLast{0, 1 << 20, "checkpoints; 0 = keep every one"};
+// Tokens `generate` adds: 2^30 (positions are int32); the KV cache they need is checked too.
+inline constexpr IntRange kNewTokens{1, int64_t{1} << 30, "tokens to generate"};
+// `plot`'s image, in pixels.
+inline constexpr IntRange kPlotWidth{200, 8000, "pixels"};
+inline constexpr IntRange kPlotHeight{150, 8000, "pixels"};
 
 // Optimizer hyperparameters.
 inline constexpr RealRange kLearningRate{0, kInf, false, true, "non-negative"};
@@ -81,8 +86,17 @@ inline constexpr IntRange kHeadDim{2, 1 << 12, "head_dim"};
 // rotations speed up with the dimension, and far above 1e12 every frequency but the first
 // rounds to 0 (a run then trains a model without positions, silently).
 inline constexpr RealRange kRopeTheta{1, 1e12, false, false, "the RoPE base"};
+// A RoPE scaling factor (linear, dynamic, llama3, yarn): (0, 1024]. Models use 2 .. 64; at
+// 1e308 every position divides to ~0 (a model without positions, silently).
+inline constexpr RealRange kRopeFactor{0, 1024, true, false, "a RoPE scaling factor"};
+// RMSNorm's epsilon: 1e-30 .. 1. Models use 1e-6 .. 1e-5; 0 or a denormal divides by ~0 on an
+// all-zero row (a NaN), and above 1 it swamps the activations it normalises.
+inline constexpr RealRange kRmsNormEps{1e-30, 1, false, false, "RMSNorm's epsilon"};
 // Token ids are int32.
 inline constexpr IntRange kVocab{1, std::numeric_limits<int32_t>::max(), "vocab_size"};
+// A token id given as text (`tokenize --decode`, `generate --prompt-ids`): checked before the
+// int32 it becomes (a cast would turn 4294967296 into 0).
+inline constexpr IntRange kTokenId{0, std::numeric_limits<int32_t>::max(), "a token id: int32"};
 // A tokenizer.json's token ids: 2^22 (16× the largest vocabulary in use, Gemma's 262K). The id ->
 // token tables are sized by the largest id, so an unchecked id in a hostile file could ask for
 // gigabytes (found by tokenizer_fuzz).
@@ -115,7 +129,14 @@ inline constexpr int kMaxTokenizerSequenceDepth = 16;  // normalizer / pre-token
 // evaluator recurse), evaluation steps per render (nodes run and expressions evaluated: a
 // loop over range(10**9) stops), and the size of any string or list a render builds.
 inline constexpr int kMaxTemplateDepth = 100;
-inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 24;
+// 2^20 steps: a conversation of the 1024 messages an SFT record may hold renders in about 50K
+// with the largest templates we know (Qwen 3 with tools); a loop step costs about 1 us.
+inline constexpr int64_t kMaxTemplateSteps = int64_t{1} << 20;
+// And the CPU time of one render: 4 s (the steps alone can take minutes when each step is
+// slow: a join or a filter over a million items). A job of many renders (prepare) stops at its
+// first refusal, so this bounds the whole job's time in a runaway template, not each record's
+// (at 10 s and 2^24 steps per render, a 20-record file took minutes).
+inline constexpr double kMaxTemplateSeconds = 4.0;
 // The output, and any string value: 64 MiB (a million-token conversation renders to a few MB; at
 // 256 MiB one input of chat_template_fuzz built strings for 13 s under the sanitizers).
 inline constexpr size_t kMaxTemplateBytes = size_t{64} << 20;

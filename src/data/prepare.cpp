@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -176,7 +177,12 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   const nlohmann::ordered_json template_kwargs =
       o.chat_template_kwargs.empty() ? nlohmann::ordered_json::object()
                                      : parse_chat_template_kwargs(o.chat_template_kwargs, "prepare: --chat-template-kwargs");
-  const SftEncoder sft(*tok, template_path, eos, template_kwargs);
+  SftEncoder sft(*tok, template_path, eos, template_kwargs);
+  // The first refusal in a batch ends the run: no other document of the batch starts, and the
+  // renders in flight stop (a runaway chat template is refused after one render's bound, not
+  // after one per record: 10 s of CPU for each of thousands of records took minutes).
+  std::atomic<bool> failed{false};
+  sft.stop_renders_on(&failed);
   CorpusReader reader(files, o.text_key, o.chunk_bytes);
   SplitWriter train("train", o, *tok), val("val", o, *tok);
   // On failure, leave no shard of this run behind (a later run would refuse the folder).
@@ -212,15 +218,22 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
     std::string error;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
+      if (failed.load(std::memory_order_relaxed)) continue;
       try {
         if (docs[i].sft) encoded[i] = sft.encode(docs[i].record, docs[i].where);
         else encoded[i].ids = tok->encode(docs[i].text, o.add_special_tokens && docs[i].first);
       } catch (const Error& e) {  // its message: what() also carries the source file and line
 #pragma omp critical(prepare_error)
-        if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.message();
+        {
+          if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.message();
+          failed = true;  // after the message: a render stopped by it finds `error` taken
+        }
       } catch (const std::exception& e) {
 #pragma omp critical(prepare_error)
-        if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.what();
+        {
+          if (error.empty()) error = (docs[i].sft ? std::string() : docs[i].where + ": ") + e.what();
+          failed = true;
+        }
       }
     }
     ULY_CHECK(error.empty(), "prepare: " << error);

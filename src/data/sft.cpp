@@ -1,8 +1,6 @@
 #include "data/sft.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/limits.h"
@@ -21,10 +19,7 @@ SftEncoder::SftEncoder(const Tokenizer& tokenizer, const std::string& template_p
   std::string origin;
   std::optional<std::string> source;
   if (fs::is_regular_file(p, ec) && p.extension() == ".jinja") {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    source = ss.str();
+    source = read_chat_template_file(p.string());
     origin = p.string();
   } else {
     source = find_chat_template(template_path, &origin);
@@ -77,7 +72,7 @@ SftDocument SftEncoder::encode_chat(const ojson& messages, size_t first_trained,
     ctx["add_generation_prompt"] = generation_prompt;
     if (!tools.is_null()) ctx["tools"] = tools;
     try {
-      return template_->render(ctx);
+      return template_->render(ctx, limits::kMaxTemplateSteps, stop_);
     } catch (const Error& e) {
       ULY_FAIL(where << ": " << e.message());
     }

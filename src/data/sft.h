@@ -19,6 +19,7 @@
 // Each masked/unmasked span is tokenized on its own and the ids concatenated (span
 // edges are turn edges, which chat templates mark with special tokens or newlines).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,6 +51,10 @@ class SftEncoder {
   // where: "file:line", for errors.
   SftDocument encode(const nlohmann::ordered_json& record, const std::string& where) const;
   bool has_template() const { return template_ != nullptr; }
+  // A job of many records rendered on several threads (prepare): once `stop` is set (the job's
+  // first refusal), every render in flight stops at its next clock check, so the job's time in a
+  // runaway template is one render's bound (core/limits.h), not one per record.
+  void stop_renders_on(const std::atomic<bool>* stop) { stop_ = stop; }
 
  private:
   void add(SftDocument& d, const std::string& text, bool trained) const;
@@ -61,6 +66,7 @@ class SftEncoder {
   std::string template_origin_;
   nlohmann::ordered_json specials_;
   std::optional<int32_t> eos_;
+  const std::atomic<bool>* stop_ = nullptr;
 };
 
 }  // namespace ulysses

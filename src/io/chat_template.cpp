@@ -19,6 +19,7 @@
 #include "core/json_depth.h"
 #include "core/error.h"
 #include "core/limits.h"
+#include "io/text_input.h"
 
 namespace ulysses {
 namespace {
@@ -753,8 +754,8 @@ struct LoopContinue {};
 
 class Renderer {
  public:
-  Renderer(const std::string& origin, const json& context, int64_t max_steps)
-      : origin_(origin), max_steps_(max_steps) {
+  Renderer(const std::string& origin, const json& context, int64_t max_steps, const std::atomic<bool>* stop)
+      : origin_(origin), max_steps_(max_steps), stop_(stop), cpu_start_(thread_cpu_seconds()) {
     scopes_.push_back(context);
   }
 
@@ -767,7 +768,7 @@ class Renderer {
           check_size(out.size());
           break;
         case Node::Output:
-          out += py_str(eval(*n.expr));
+          out += py_str(printable(eval(*n.expr)));
           check_size(out.size());
           break;
         case Node::If:
@@ -863,10 +864,28 @@ class Renderer {
   }
 
   // The bounds of limits.h: evaluation steps per render, and the size of strings and lists.
-  void step() {
-    ULY_CHECK(++steps_ <= max_steps_,
+  // n: the work of one step that builds or walks n items (range(), join) counts n.
+  void step(int64_t n = 1) {
+    steps_ += n;
+    ULY_CHECK(steps_ <= max_steps_,
               origin_ << ": the template took more than " << max_steps_
                       << " evaluation steps (a runaway loop?)");
+    // The CPU time of this thread, looked at every 64 steps (a clock read costs about what a
+    // step does): some steps are slow (a 60 MB string built, a filter over a long list), so the
+    // step count alone does not bound the time.
+    if (steps_ - last_clock_check_ >= 64) {
+      last_clock_check_ = steps_;
+      ULY_CHECK(!stop_ || !stop_->load(std::memory_order_relaxed),
+                origin_ << ": the render was stopped (another render of this job was refused)");
+      ULY_CHECK(thread_cpu_seconds() - cpu_start_ <= limits::kMaxTemplateSeconds,
+                origin_ << ": the template ran for more than " << limits::kMaxTemplateSeconds
+                        << " s of CPU time (a runaway loop?)");
+    }
+  }
+  static double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   }
   void check_size(size_t bytes) const {
     ULY_CHECK(bytes <= limits::kMaxTemplateBytes,
@@ -883,15 +902,26 @@ class Renderer {
   // costs what the copy into the new value already cost.
   // `within`: the levels above v once it is stored (1 for a namespace attribute).
   json checked_depth(json v, int within = 0) const {
-    std::vector<std::pair<const json*, int>> todo{{&v, 1 + within}};
+    check_depth(v, 1 + within, "a value the template built");
+    return v;
+  }
+  // The same bound for a value printed or given to tojson, whether the template built it or was
+  // given it (a record's tool calls, --chat-template-kwargs: JSON allows 128 levels there):
+  // printing and dumping recurse once per level.
+  const json& printable(const json& v) const {
+    if (v.is_structured()) check_depth(v, 1, "a value printed or given to tojson");
+    return v;
+  }
+  // v's levels, v itself being at level `first`: more than kMaxTemplateDepth is refused.
+  void check_depth(const json& v, int first, const char* what) const {
+    std::vector<std::pair<const json*, int>> todo{{&v, first}};
     while (!todo.empty()) {
       const auto [p, d] = todo.back();
       todo.pop_back();
       if (!p->is_structured()) continue;
-      if (d > limits::kMaxTemplateDepth) refuse_nesting(origin_, limits::kMaxTemplateDepth, "a value the template built");
+      if (d > limits::kMaxTemplateDepth) refuse_nesting(origin_, limits::kMaxTemplateDepth, what);
       for (const json& c : *p) todo.emplace_back(&c, d + 1);
     }
-    return v;
   }
 
   [[noreturn]] void type_error(const std::string& what, const json& v) {
@@ -930,9 +960,10 @@ class Renderer {
     };
     const int64_t from = norm(a, step > 0 ? 0 : n - 1), to = norm(b, step > 0 ? n : -1);
     json out = str ? json("") : json::array();
-    for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
+    // i in __int128: a huge step past the end must not wrap.
+    for (__int128 i = from; step > 0 ? i < to : i > to; i += step) {
       if (str) out.get_ref<std::string&>() += chars[static_cast<size_t>(i)];
-      else out.push_back(v[i]);
+      else out.push_back(v[static_cast<size_t>(i)]);
     }
     return out;
   }
@@ -1053,8 +1084,10 @@ class Renderer {
       const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128{step}) - 1) / (step > 0 ? step : -__int128{step});
       check_items(count > static_cast<__int128>(limits::kMaxTemplateItems) ? limits::kMaxTemplateItems + 1
                                                                            : static_cast<size_t>(count));
+      this->step(static_cast<int64_t>(count));
       json out = json::array();
-      for (int64_t k = 0, i = a; k < static_cast<int64_t>(count); ++k, i += step) out.push_back(i);
+      __int128 i = a;  // one step past the last item may leave int64
+      for (int64_t k = 0; k < static_cast<int64_t>(count); ++k, i += step) out.push_back(static_cast<int64_t>(i));
       return out;
     }
     if (f == "strftime_now") {
@@ -1149,7 +1182,7 @@ class Renderer {
         indent = static_cast<int>(k);
       }
       std::string out;
-      dump_py_json(v, out, indent, 0);
+      dump_py_json(printable(v), out, indent, 0);
       return out;
     }
     if (f == "upper" || f == "lower") return method(json(py_str(v)), f, {});
@@ -1174,7 +1207,9 @@ class Renderer {
       std::string out, sep = args.empty() ? "" : py_str(args[0]);
       if (v.is_array())
         for (size_t k = 0; k < v.size(); ++k) {
-          out += (k ? sep : "") + py_str(v[k]);
+          step();
+          if (k) out += sep;
+          out += py_str(v[k]);
           check_size(out.size());
         }
       return out;
@@ -1183,7 +1218,7 @@ class Renderer {
       const bool boolean = args.size() > 1 && truthy(args[1]);
       return (is_undef(v) || (boolean && !truthy(v))) ? (args.empty() ? json("") : args[0]) : v;
     }
-    if (f == "string") return py_str(v);
+    if (f == "string") return py_str(printable(v));
     if (f == "int") return to_int(v);
     if (f == "list") {
       if (v.is_array()) return v;
@@ -1277,12 +1312,27 @@ class Renderer {
     const bool ints = !a.is_number_float() && !b.is_number_float();
     if (ints && op != "/") {
       const int64_t x = to_int(a), y = to_int(b);
-      if (op == "+") return x + y;
-      if (op == "-") return x - y;
-      if (op == "*") return x * y;
+      // Python's integers do not overflow; ours are 64-bit, and a result past them is refused
+      // (a wrapped value would be wrong, and signed overflow is undefined behaviour).
+      int64_t r = 0;
+      bool overflow = false;
+      if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
+      else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
+      else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+      ULY_CHECK(!overflow, origin_ << ": integer overflow in '" << x << " " << op << " " << y
+                                   << "' (integers are 64-bit here)");
+      if (op == "+" || op == "-" || op == "*") return r;
       ULY_CHECK(y != 0, origin_ << ": division by zero");
+      if (y == -1) {  // x / -1 and x % -1 trap (SIGFPE) for the smallest x
+        ULY_CHECK(op == "%" || x != std::numeric_limits<int64_t>::min(),
+                  origin_ << ": integer overflow in '" << x << " // -1' (integers are 64-bit here)");
+        return op == "%" ? int64_t{0} : -x;
+      }
       if (op == "//") return x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
-      if (op == "%") return ((x % y) + y) % y;
+      if (op == "%") {  // Python's sign: that of the divisor (no sum that can overflow)
+        const int64_t m = x % y;
+        return m != 0 && ((m < 0) != (y < 0)) ? m + y : m;
+      }
     }
     const double x = a.get<double>(), y = b.get<double>();
     if (op == "+") return x + y;
@@ -1324,7 +1374,11 @@ class Renderer {
       case Expr::Not: return !truthy(eval(*e.args[0]));
       case Expr::Neg: {
         const json v = eval(*e.args[0]);
-        return v.is_number_float() ? json(-v.get<double>()) : json(-to_int(v));
+        if (v.is_number_float()) return json(-v.get<double>());
+        const int64_t x = to_int(v);
+        ULY_CHECK(x != std::numeric_limits<int64_t>::min(),
+                  origin_ << ": integer overflow in '-(" << x << ")' (integers are 64-bit here)");
+        return json(-x);
       }
       case Expr::Cond:
         if (truthy(eval(*e.args[1]))) return eval(*e.args[0]);
@@ -1370,6 +1424,9 @@ class Renderer {
   std::vector<json> scopes_;
   int64_t steps_ = 0;
   const int64_t max_steps_;
+  const std::atomic<bool>* stop_;
+  const double cpu_start_;
+  int64_t last_clock_check_ = 0;
 };
 
 std::string read_file_text(const fs::path& p) {
@@ -1379,6 +1436,19 @@ std::string read_file_text(const fs::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+}  // namespace
+
+// A template file is text: transformers reads it as UTF-8 and refuses other bytes; rendered, they
+// went on into the tokens unseen.
+std::string read_chat_template_file(const std::string& path) {
+  std::string text = read_file_text(path);
+  ULY_CHECK(utf8_valid_bytes(text.data(), text.size()) == text.size(),
+            path << ": the chat template holds bytes that are not UTF-8 text");
+  return text;
+}
+
+namespace {
 
 fs::path folder_of(const std::string& path) {
   std::error_code ec;
@@ -1411,9 +1481,9 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string origin)
 ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 
-std::string ChatTemplate::render(const json& context, int64_t max_steps) const {
+std::string ChatTemplate::render(const json& context, int64_t max_steps, const std::atomic<bool>* stop) const {
   std::string out;
-  Renderer r(origin_, context.is_object() ? context : json::object(), max_steps);
+  Renderer r(origin_, context.is_object() ? context : json::object(), max_steps, stop);
   try {
     r.run(impl_->nodes, out);
   } catch (const LoopBreak&) {
@@ -1429,7 +1499,7 @@ std::optional<std::string> find_chat_template(const std::string& path, std::stri
   std::error_code ec;
   if (fs::is_regular_file(dir / "chat_template.jinja", ec)) {
     if (origin) *origin = (dir / "chat_template.jinja").string();
-    return read_file_text(dir / "chat_template.jinja");
+    return read_chat_template_file((dir / "chat_template.jinja").string());
   }
   const json c = read_tokenizer_config(dir);
   const std::string where = (dir / "tokenizer_config.json").string() + ": chat_template";

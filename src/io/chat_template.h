@@ -24,8 +24,11 @@
 // Bounded (core/limits.h): tags and expressions nest at most kMaxTemplateDepth levels
 // (refused when parsed), a render takes at most kMaxTemplateSteps evaluation steps, and
 // no string it builds (the output included) exceeds kMaxTemplateBytes, no list
-// kMaxTemplateItems; past a bound the render stops with an error naming the template.
+// kMaxTemplateItems; a value it prints or gives to tojson (built, or given in the context)
+// nests at most kMaxTemplateDepth levels; past a bound the render stops with an error naming
+// the template.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,7 +50,10 @@ class ChatTemplate {
   // Error carrying its message.
   // max_steps: the evaluation budget (limits::kMaxTemplateSteps; the fuzz target gives a smaller
   // one so that each input's time stays bounded under the sanitizers).
-  std::string render(const nlohmann::ordered_json& context, int64_t max_steps = limits::kMaxTemplateSteps) const;
+  // stop: when given and set (by another thread: a job of many renders whose first refusal ends
+  // it, as prepare), the render stops at its next clock check (every 64 steps) with an Error.
+  std::string render(const nlohmann::ordered_json& context, int64_t max_steps = limits::kMaxTemplateSteps,
+                     const std::atomic<bool>* stop = nullptr) const;
   const std::string& origin() const { return origin_; }
 
  private:
@@ -61,6 +67,10 @@ class ChatTemplate {
 // list of {"name", "template"} whose "default" entry is taken). nullopt when there is none.
 // *origin is set to where it came from.
 std::optional<std::string> find_chat_template(const std::string& path, std::string* origin = nullptr);
+
+// A chat template file (chat_template.jinja, --chat-template FILE.jinja), refused when it is not
+// UTF-8 text.
+std::string read_chat_template_file(const std::string& path);
 
 // bos_token / eos_token of tokenizer_config.json beside `path` as strings ("" when absent).
 nlohmann::ordered_json chat_special_tokens(const std::string& path);

@@ -155,7 +155,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& src) {
   ULY_CHECK(c.head_dim % 2 == 0,
             src << ": head_dim (" << c.head_dim << ") must be even (rotary embeddings rotate pairs of dimensions)");
   c.max_position_embeddings = f.opt_count("max_position_embeddings", c.max_position_embeddings, limits::kPositions);
-  c.rms_norm_eps = f.opt_positive_number("rms_norm_eps", c.rms_norm_eps);
+  c.rms_norm_eps = f.opt_number_in("rms_norm_eps", c.rms_norm_eps, limits::kRmsNormEps);
   c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", false);
   c.sliding_window = parse_window(f, j, *arch, src, c.num_hidden_layers);
   const int64_t params = model_parameter_count(c);

@@ -21,17 +21,20 @@ void parse_block(const json& block, const char* block_name, const std::string& s
   rope->type = type.value_or("default");
   const std::string& t = rope->type;
   if (t == "default") return;
+  auto factor = [&] {
+    return check_in_range(source + ": field '" + f.name("factor") + "'", f.number("factor"), limits::kRopeFactor);
+  };
   if (t == "linear") {
-    rope->factor = f.positive_number("factor");
+    rope->factor = factor();
     return;
   }
   if (t == "dynamic") {  // NTK-aware: the base grows with the sequence past max_position_embeddings
-    rope->factor = f.positive_number("factor");
+    rope->factor = factor();
     rope->original_max_position_embeddings = max_positions;
     return;
   }
   if (t == "llama3") {
-    rope->factor = f.positive_number("factor");
+    rope->factor = factor();
     rope->low_freq_factor = f.positive_number("low_freq_factor");
     rope->high_freq_factor = f.positive_number("high_freq_factor");
     rope->original_max_position_embeddings = f.positive("original_max_position_embeddings");
@@ -46,7 +49,7 @@ void parse_block(const json& block, const char* block_name, const std::string& s
                                 << "' is not supported (supported: " << kSupportedRopeTypes << ")");
   rope->original_max_position_embeddings = f.opt_positive("original_max_position_embeddings", original_default);
   // transformers: without a factor, the ratio of the context to the pretrained one.
-  rope->factor = f.has("factor") ? f.positive_number("factor")
+  rope->factor = f.has("factor") ? factor()
                                  : static_cast<double>(max_positions) /
                                        static_cast<double>(rope->original_max_position_embeddings);
   rope->beta_fast = f.opt_positive_number("beta_fast", 32.0);

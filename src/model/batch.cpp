@@ -62,6 +62,11 @@ TokenBatch load_batch_file(const std::string& path, int64_t vocab_size) {
     ULY_CHECK(b.targets[i] == kIgnoreIndex || (b.targets[i] >= 0 && b.targets[i] < vocab_size),
               path << ": " << which << " entry " << b.targets[i] << " at [" << i / b.S << ", " << i % b.S
                    << "] is outside the vocabulary [0, " << vocab_size << ") and is not -100");
+  // The loss is a mean over the targets: with none it is 0/0, and the gradients are all zero.
+  const bool any_target = std::any_of(b.targets.begin(), b.targets.end(), [](int32_t t) { return t != kIgnoreIndex; });
+  ULY_CHECK(any_target, path << ": no position has a target (every " << which << " entry is -100"
+                             << (f.contains("shift_labels") || f.contains("labels") ? "" : ", or each row is one token")
+                             << "); the loss would be 0/0: give a batch with at least one target");
   return b;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend.h"
 #include "core/error.h"
 
 namespace ulysses {
@@ -10,6 +11,15 @@ namespace ulysses {
 KvCacheAttention::KvCacheAttention(Backend& backend, const ModelConfig& config, int64_t max_tokens)
     : be_(backend), c_(config), max_tokens_(max_tokens) {
   ULY_CHECK(max_tokens > 0, "generate: the token budget must be positive, got " << max_tokens);
+  // Both caches are float32 on the host: checked against what the host has before allocating
+  // (in long double: a hostile --max-new-tokens times the model's shape must not wrap).
+  const long double bytes = 2.0L * 4.0L * static_cast<long double>(max_tokens) * c_.num_key_value_heads *
+                            c_.head_dim * c_.num_hidden_layers;
+  const long double available = static_cast<long double>(host_memory_available());
+  ULY_CHECK(bytes <= available, "generate: the KV cache for " << max_tokens << " tokens needs "
+                                    << static_cast<double>(bytes / (1024.0L * 1024 * 1024)) << " GiB of host memory and "
+                                    << static_cast<double>(available / (1024.0L * 1024 * 1024))
+                                    << " GiB are available; lower --max-new-tokens or shorten the prompt");
   const size_t per_layer = static_cast<size_t>(max_tokens) * c_.num_key_value_heads * c_.head_dim;
   k_cache_.assign(per_layer * c_.num_hidden_layers, 0.0f);
   v_cache_.assign(per_layer * c_.num_hidden_layers, 0.0f);

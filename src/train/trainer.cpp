@@ -286,13 +286,18 @@ void Trainer::State::open_data() {
   ProcessMesh& m = mesh();
   const MeshPosition where{m.dp_rank(), m.dp_size(), m.sp_rank(), m.sp_size(), m.ring_size(), m.zigzag()};
   train = open_token_batches(cfg.train_data, "train", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
-  if (cfg.eval_every > 0) {
+  // data.val, when given, is opened and checked here even without evaluation: a wrong path must
+  // not wait to be found (or never be) until the first evaluation.
+  if (cfg.eval_every > 0 || !cfg.val_data.empty()) {
     const std::string val_path = cfg.val_data.empty() ? cfg.train_data : cfg.val_data;
     try {
       val = open_token_batches(val_path, "val", cfg.seq_len, cfg.data_mode, cfg.data_seed, mc.vocab_size, where);
     } catch (const Error& e) {
-      ULY_FAIL(e.message() << "; or train without evaluation: eval_every=0");
+      ULY_FAIL((cfg.val_data.empty() ? "" : "data.val: ") << e.message()
+                            << (cfg.eval_every > 0 ? "; or train without evaluation: eval_every=0"
+                                                   : "; or leave data.val out (eval_every is 0: nothing evaluates)"));
     }
+    if (cfg.eval_every == 0) val.reset();
   }
   if (rank0 && cfg.seq_len > mc.max_position_embeddings)
     ULY_WARN("data.seq_len " << cfg.seq_len << " is above the model's max_position_embeddings ("

@@ -112,18 +112,18 @@ rm -rf "$ck" && cp -r ck.bak "$ck"
 # in MPI_ERR_TRUNCATE) ----
 if command -v mpirun > /dev/null; then
   expect_error "ranks with different seq_len" \
-    "train: the ranks disagree at start-up: 'config.data.seq_len' is 32 on rank 0 but 64 on rank 1" \
+    "^ulysses train: error: the ranks disagree at start-up: 'config.data.seq_len' is 32 on rank 0 but 64 on rank 1" \
     $MPIRUN -np 1 "$ULYSSES" train train.yaml out_dir=apart : -np 1 "$ULYSSES" train train.yaml out_dir=apart data.seq_len=64
   [ "$(grep -c 'disagree' "$TMP/stderr")" -eq 1 ] && pass "one line, from rank 0" || fail "not one line: $(grep -c disagree "$TMP/stderr")"
   "$ULYSSES" prepare --input "$ROOT/docs" --out data2 --quiet > /dev/null 2>&1
   expect_error "the third rank with other data" \
-    "train: the ranks disagree at start-up: 'config.data.train' is \"data\" on rank 0 but \"data2\" on rank 2" \
+    "^ulysses train: error: the ranks disagree at start-up: 'config.data.train' is \"data\" on rank 0 but \"data2\" on rank 2" \
     $MPIRUN -np 2 "$ULYSSES" train train.yaml out_dir=apart2 batch_size=3 : -np 1 "$ULYSSES" train train.yaml out_dir=apart2 batch_size=3 data.train=data2
   expect_error "loss-grad ranks with other batch files" \
-    "loss-grad: the ranks disagree at start-up: 'batch.length' is 32 on rank 0 but 64 on rank 1" \
+    "^ulysses loss-grad: error: the ranks disagree at start-up: 'batch.length' is 32 on rank 0 but 64 on rank 1" \
     $MPIRUN -np 1 "$ULYSSES" loss-grad --model "$ROOT/fixtures/gqa/model" --batch "$ROOT/fixtures/gqa/batch.safetensors" --out lg.st \
     : -np 1 "$ULYSSES" loss-grad --model "$ROOT/fixtures/gqa/model" --batch "$ROOT/fixtures/mqa_llama3/batch.safetensors" --out lg.st
-  expect_error "bench ranks with another --seq" "bench: the ranks disagree at start-up: 'options\[4\]' is \"64\" on rank 0 but \"128\" on rank 1" \
+  expect_error "bench ranks with another --seq" "^ulysses bench: error: the ranks disagree at start-up: 'options\[4\]' is \"64\" on rank 0 but \"128\" on rank 1" \
     $MPIRUN -np 1 "$ULYSSES" bench --shape tiny --seq 64 --steps 1 : -np 1 "$ULYSSES" bench --shape tiny --seq 128 --steps 1
   $MPIRUN -np 2 "$ULYSSES" train train.yaml out_dir=agree batch_size=2 > agree.log 2>&1 \
     && pass "ranks that agree train" || { fail "ranks that agree train"; tail -3 agree.log; }
@@ -131,18 +131,18 @@ fi
 
 # ---- class 6: an unusable out_dir is one line naming it ----
 touch afile
-expect_error "out_dir is a file" "train: out_dir afile is a regular file, not a folder" "$ULYSSES" train train.yaml out_dir=afile
+expect_error "out_dir is a file" "^ulysses train: error: out_dir afile is a regular file, not a folder" "$ULYSSES" train train.yaml out_dir=afile
 one_line "out_dir a file"
-expect_error "out_dir under a file" "train: cannot make out_dir afile/sub: Not a directory" "$ULYSSES" train train.yaml out_dir=afile/sub
-expect_error "out_dir is a device" "train: out_dir /dev/null is a character device, not a folder" "$ULYSSES" train train.yaml out_dir=/dev/null
+expect_error "out_dir under a file" "^ulysses train: error: cannot make out_dir afile/sub: Not a directory" "$ULYSSES" train train.yaml out_dir=afile/sub
+expect_error "out_dir is a device" "^ulysses train: error: out_dir /dev/null is a character device, not a folder" "$ULYSSES" train train.yaml out_dir=/dev/null
 ln -s nowhere dangling
-expect_error "out_dir is a dangling symlink" "train: out_dir dangling is a dangling symlink \(to nowhere\)" \
+expect_error "out_dir is a dangling symlink" "^ulysses train: error: out_dir dangling is a dangling symlink \(to nowhere\)" \
   "$ULYSSES" train train.yaml out_dir=dangling
-expect_error "out_dir is empty" "train: out_dir is empty" "$ULYSSES" train train.yaml out_dir=
+expect_error "out_dir is empty" "^ulysses train: error: out_dir is empty" "$ULYSSES" train train.yaml out_dir=
 mkdir -p etc && echo "root:x:0:0" > etc/passwd
 for extra in "" overwrite=true; do
   expect_error "out_dir a foreign non-empty folder ${extra:-}" \
-    "train: out_dir etc is a folder that holds other files \(e.g. 'passwd'\) and no run of ours" \
+    "^ulysses train: error: out_dir etc is a folder that holds other files \(e.g. 'passwd'\) and no run of ours" \
     "$ULYSSES" train train.yaml out_dir=etc $extra
 done
 [ "$(ls etc)" = passwd ] && pass "nothing written into the foreign folder" || fail "files written into the foreign folder: $(ls etc)"

@@ -26,14 +26,14 @@ LG=("$ULYSSES" loss-grad --model "$F/model" --batch "$F/batch.safetensors" --out
 expect_error "--sp -1" "--sp must be in \[0, 1048576\] \(0 = all ranks\), got -1" "${LG[@]}" --sp -1
 expect_error "--tiled-loss -1" "--tiled-loss must be in \[0, 1073741824\]" "${LG[@]}" --tiled-loss=-1
 expect_error "--memory-limit -3" "--memory-limit must be in \(0, 1048576\] \(GiB\), got -3" "${LG[@]}" --memory-limit -3
-expect_error "--layers 1000000" "bench: --layers must be in \[1, 1024\] \(layers\), got 1000000" \
+expect_error "--layers 1000000" "^ulysses bench: error: --layers must be in \[1, 1024\] \(layers\), got 1000000" \
   "$ULYSSES" bench --shape tiny --layers 1000000
-expect_error "an absurd --seq, before allocating" "bench: --seq must be in \[1, 1073741824\] \(tokens per sequence\), got 100000000000" \
+expect_error "an absurd --seq, before allocating" "^ulysses bench: error: --seq must be in \[1, 1073741824\] \(tokens per sequence\), got 100000000000" \
   "$ULYSSES" bench --shape tiny --seq 100000000000
-expect_error "a step too large for host memory, before allocating" "bench: a step of 1125899906842624 tokens needs about .* of host memory for its token arrays alone \(64 bytes a token\); this host has .* available" \
+expect_error "a step too large for host memory, before allocating" "^ulysses bench: error: a step of 1125899906842624 tokens needs about .* of host memory for its token arrays alone \(64 bytes a token\); this host has .* available" \
   "$ULYSSES" bench --shape tiny --seq 1073741824 --batch 1048576
-expect_error "an absurd --seq for plan" "plan: --seq must be in \[1, 1073741824\]" "$ULYSSES" plan --shape tiny --seq -5
-expect_error "a huge --threads" "prepare: --threads must be in \[0, [0-9]+\] \(0 = all cores; at most 4 x this host's hardware threads\), got 100000000" \
+expect_error "an absurd --seq for plan" "^ulysses plan: error: --seq must be in \[1, 1073741824\]" "$ULYSSES" plan --shape tiny --seq -5
+expect_error "a huge --threads" "^ulysses prepare: error: --threads must be in \[0, [0-9]+\] \(0 = all cores; at most 4 x this host's hardware threads\), got 100000000" \
   "$ULYSSES" prepare --input "$ROOT/README.md" --out d_threads --threads 100000000
 grep -q "threads" "$TMP/stderr" && [ ! -e d_threads/manifest.json ] && pass "nothing prepared with a refused --threads" || fail "nothing prepared with a refused --threads"
 for kv in "optimizer.beta1=1.5:'optimizer.beta1' must be in \[0, 1\) \(a moment's decay rate\), got 1.5" \
@@ -71,7 +71,7 @@ expect_error "a YAML alias bomb" "bomb.yaml: the YAML expands to more than 10485
 expect_error "tokenize --tokenizer /dev/zero" "/dev/zero: the tokenizer is not a regular file but a device or socket" \
   bash -c "echo hi | \"$ULYSSES\" tokenize --tokenizer /dev/zero"
 mkfifo fifo.json
-expect_error "endless stdin for tokenize" "tokenize: stdin holds more than 1024 MiB" \
+expect_error "endless stdin for tokenize" "^ulysses tokenize: error: stdin holds more than 1024 MiB" \
   bash -c "yes | \"$ULYSSES\" tokenize"
 expect_error "a FIFO as tokenizer.json" "fifo.json: the tokenizer is not a regular file but a FIFO" \
   bash -c "echo hi | \"$ULYSSES\" tokenize --tokenizer fifo.json"
@@ -145,7 +145,7 @@ expect_error "resume on other data" "resume would change the run's maths: 'data.
   && pass "resume with the same maths (and more steps) goes on" || { fail "resume with the same maths"; tail -3 resume_ok.log; }
 
 # ---- misleading messages ----
-expect_error "a missing config file after an override" "train: 'missing.yaml' does not exist \(no such config file\); the config file comes first" \
+expect_error "a missing config file after an override" "^ulysses train: error: 'missing.yaml' does not exist \(no such config file\); the config file comes first" \
   "$ULYSSES" train steps=3 missing.yaml
 printf 'model_config: model.json\ndata:\n  train: data\nout_dir: r\xa9n\n' > latin1.yaml
 expect_error "a config value that is not UTF-8 (found by fuzzing: was an internal error)" \
@@ -155,7 +155,7 @@ expect_error "a missing config file" "missing.yaml: cannot open training config 
 
 # ---- a full disk under metrics.jsonl: a clear error, not a silently short log ----
 ( trap '' XFSZ; ulimit -f 8; "$ULYSSES" train train.yaml out_dir=full steps=200 > full.log 2>&1 ); rc=$?
-if [ $rc -ne 0 ] && grep -q "error: full/metrics.jsonl: write failed (File too large); is the disk full?" full.log; then
+if [ $rc -ne 0 ] && one_error_line full.log && grep -q "error: full/metrics.jsonl: write failed (File too large); is the disk full?" full.log; then
   pass "a failed metrics write stops the run with one line (exit $rc)"
 else fail "a failed metrics write (exit $rc)"; tail -3 full.log; fi
 

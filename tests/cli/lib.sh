@@ -14,7 +14,8 @@ pass() { PASSES=$((PASSES + 1)); echo "ok   $1"; }
 fail() { FAILS=$((FAILS + 1)); echo "FAIL $1"; }
 
 # expect_error NAME PATTERN CMD...: the command must exit non-zero, print one
-# "error:" line on stderr matching PATTERN, and finish within 120 s (no hang).
+# "error:" line on stderr matching PATTERN, with its prefix once ("ulysses CMD: error: "
+# not followed by "CMD:" or another "error:"), and finish within 120 s (no hang).
 expect_error() {
   local name=$1 pattern=$2
   shift 2
@@ -29,7 +30,22 @@ expect_error() {
   local lines
   lines=$(grep -c "error:" "$err")
   if [ "$lines" -lt 1 ]; then fail "$name: no 'error:' line"; return; fi
+  if ! prefix_once "$err"; then
+    fail "$name: the error prefix is repeated:"; grep "error:" "$err" | head -2 | sed 's/^/     /'; return
+  fi
   pass "$name (exit $rc)"
+}
+
+# prefix_once FILE: no line of FILE repeats the error prefix: "ulysses generate: error: generate: ..."
+# or "error: ... error:" is a refusal whose message was wrapped twice. Tests that read a log
+# themselves (several ranks, no expect_error) check it with one_error_line.
+prefix_once() {
+  ! grep -q -E -- "error:.*error:|^ulysses ([a-z-]+): error: (ulysses )?\1:" "$1"
+}
+
+# one_error_line FILE: exactly one line with "error:", its prefix once.
+one_error_line() {
+  [ "$(grep -c 'error:' "$1")" = 1 ] && prefix_once "$1"
 }
 
 # write_tiny_model FILE: the small random-init Llama config.json the training tests use

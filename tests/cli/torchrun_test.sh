@@ -99,7 +99,7 @@ rc0=${RCS%% *}
 if [ "$rc0" = 1 ] && [ $took -lt 60 ]; then
   pass "a killed rank ends the other (exit $rc0 after $took s; rank 1: ${RCS##* })"
 else fail "a killed rank: rank 0 exit $rc0 after $took s"; fi
-[ "$(grep -c 'error:' killed.0.log)" = 1 ] && grep -q "error: .*lost the connection to rank 1" killed.0.log \
+one_error_line killed.0.log && grep -q "error: .*lost the connection to rank 1" killed.0.log \
   && pass "rank 0 prints one error line naming rank 1" || { fail "rank 0's error line"; tail -n 3 killed.0.log; }
 
 # A rank that never comes: rank 0 and the ranks that came each print one line and exit non-zero.
@@ -109,7 +109,7 @@ ULYSSES_RENDEZVOUS_TIMEOUT=3 ranks missing 3 "0 1" -- $lg --out never.st
 took=$((SECONDS - start))
 ok=1
 for r in 0 1; do
-  [ "$(grep -c 'error:' missing.$r.log)" = 1 ] \
+  one_error_line missing.$r.log \
     && grep -q -E "error: rendezvous at 127.0.0.1:$PORT \(MASTER_PORT=$PORT\): waited [0-9]+ s for 1 of 3 ranks that never came: rank 2 " missing.$r.log \
     || { ok=0; sed 's/^/     /' missing.$r.log; }
 done
@@ -127,7 +127,8 @@ busy=$!
 for _ in $(seq 1 50); do [ -s busy.port ] && break; sleep 0.1; done
 PORT=$(cat busy.port) ULYSSES_RENDEZVOUS_TIMEOUT=3 ranks busy 2 -- $lg --out busy.st
 kill $busy 2> /dev/null
-grep -q "error: rendezvous at 127.0.0.1:$(cat busy.port) (MASTER_PORT=$(cat busy.port)), rank 0: cannot listen on port $(cat busy.port): Address already in use" busy.0.log \
+one_error_line busy.0.log \
+  && grep -q "error: rendezvous at 127.0.0.1:$(cat busy.port) (MASTER_PORT=$(cat busy.port)), rank 0: cannot listen on port $(cat busy.port): Address already in use" busy.0.log \
   && [ "$RCS" = "1 1" ] && pass "MASTER_PORT in use: rank 0 says it cannot listen there; both exit 1" \
   || { fail "MASTER_PORT in use (exit $RCS)"; cat busy.0.log busy.1.log | sed 's/^/     /'; }
 expect_error "MASTER_PORT that is no port" "MASTER_PORT=http is not a TCP port" \

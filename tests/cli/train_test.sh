@@ -132,7 +132,7 @@ expect_error "a fresh run over another run's results" "out_dir sp1 already holds
 # skip_nonfinite: 1 the step is skipped (no update) and the run goes on to the end.
 ULYSSES_TEST_NONFINITE_AT_STEP=7 "$ULYSSES" train train.yaml out_dir=diverged checkpoint_every=5 steps=12 > nan.log 2>&1
 rc=$?
-if [ $rc -ne 0 ] && grep -q "error: step 7: the gradient norm is NaN (non-finite gradients: model.embed_tokens.weight).*last good checkpoint is .*step-0000005" nan.log \
+if [ $rc -ne 0 ] && one_error_line nan.log && grep -q "error: step 7: the gradient norm is NaN (non-finite gradients: model.embed_tokens.weight).*last good checkpoint is .*step-0000005" nan.log \
    && grep -q step-0000005 diverged/checkpoints/latest && [ ! -e diverged/checkpoints/step-0000010 ]; then
   pass "non-finite gradients stop the run, naming the step, the tensor and the last good checkpoint"
 else fail "non-finite gradients stop the run (exit $rc)"; tail -3 nan.log; fi
