@@ -96,12 +96,16 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
             "plan: " << r.documents << " documents cannot be packed in " << r.seq_len << " tokens");
   auto backend = make_planning_backend(r.act_dtype, r.device, r.runtime, r.work);
   if (capture_at > 0) backend->pools().capture_at_device_bytes(capture_at);
-  // Rank 0 of each group stands for every rank: their allocations are the same.
-  // (Its one collective, the row's positions gathered by shard_sequence, falls outside every
-  // family: the time model's "other".)
-  auto sp = make_simulated_communicator(r.sp, 0, r.work);
-  auto ulysses = make_simulated_communicator(static_cast<int>(layout.ulysses()), 0, r.work);
-  auto ring = make_simulated_communicator(r.ring, 0, r.work);
+  // Rank 0 of each group stands for every rank: their allocations are the same. The time model
+  // plans the last rank of the SP group instead, the slowest: without zigzag the last ring rank
+  // holds the causal mask's fullest rows (under Ulysses or zigzag every rank does equal work).
+  // (The sp group's one collective, the row's positions gathered by shard_sequence, falls
+  // outside every family: the time model's "other".)
+  const int ulysses_size = static_cast<int>(layout.ulysses());
+  const int sp_rank = r.work ? r.sp - 1 : 0;
+  auto sp = make_simulated_communicator(r.sp, sp_rank, r.work);
+  auto ulysses = make_simulated_communicator(ulysses_size, sp_rank % ulysses_size, r.work);
+  auto ring = make_simulated_communicator(r.ring, sp_rank / ulysses_size, r.work);
   // ZeRO 2/3's gradient reduce-scatters and weight gathers, recorded for the time model only.
   auto shard_group = make_simulated_communicator(r.gradient_shards, 0, r.work);
   MemorySnapshot out;
