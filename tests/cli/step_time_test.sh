@@ -61,6 +61,22 @@ python3 -c "import json,sys; assert len(json.load(open('two.json'))['measurement
   && grep -q "^  hybrid: ulysses 2 x ring 2 " meshes.txt && grep -q "^fastest: " meshes.txt \
   && pass "--compare-meshes names the fastest" || { fail "--compare-meshes"; cat meshes.txt | tail -5; }
 
+# comm-bench on 2 MPI ranks writes each collective's bus bandwidth into the table; plan --time uses it.
+if command -v mpirun > /dev/null; then
+  if timeout 120 $MPIRUN -np 2 "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 65536 --iters 3 \
+      --rates-out two.json > comm.txt 2>&1 && python3 - two.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["collectives"]
+assert set(c) == {"all-to-all", "all-gather", "reduce-scatter", "all-reduce"}, c
+assert all(v["bus_gbps"] > 0 for v in c.values()), c
+PY
+  then pass "comm-bench --rates-out adds the bus bandwidths"; else fail "comm-bench --rates-out"; tail -3 comm.txt; fi
+  "$ULYSSES" plan --backend cpu --shape tiny --seq 256 --sp 2 --no-optimizer --time two.json > bw.txt 2>&1 \
+    && pass "plan --time reads the measured bandwidths" || { fail "plan --time with bandwidths"; tail -3 bw.txt; }
+fi
+expect_error "comm-bench --rates-out on one rank" "one rank moves nothing" \
+  "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 4096 --iters 1 --rates-out two.json
+
 # Refusals: one error line naming the file and the field.
 echo '{"format": "ulysses-rates", "version": 7, "measurements": []}' > v7.json
 expect_error "wrong version" "v7.json: field 'version'" "$ULYSSES" plan --shape tiny --seq 256 --time v7.json
