@@ -15,6 +15,7 @@
 #include "mpi/mpi_test_main.h"
 #include "parallel/mesh.h"
 #include "model/llama.h"
+#include "train/optimizer.h"
 #include "train/step.h"
 #include "train/step_time.h"
 
@@ -85,7 +86,8 @@ class Counting final : public Communicator {
   Totals* totals_;
 };
 
-Totals planned(const ModelConfig& c, int64_t S, int sp, int ring) {
+// zero: the ZeRO stage over all sp ranks (with AdamW's step), or -1 for no optimizer.
+Totals planned(const ModelConfig& c, int64_t S, int sp, int ring, int zero = -1) {
   PlanRequest req;
   req.config = c;
   req.seq_len = S;
@@ -93,11 +95,45 @@ Totals planned(const ModelConfig& c, int64_t S, int sp, int ring) {
   req.ring = ring;
   req.act_dtype = DType::F32;
   req.device = Device::CPU;
+  req.optimizer = zero >= 0;
+  req.optimizer_shards = zero >= 1 ? sp : 1;
+  req.gradient_shards = zero >= 2 ? sp : 1;
+  req.weight_shards = zero >= 3 ? sp : 1;
   Totals t;
   const WorkLedger work = plan_step_work(req);  // kept: the loop reads its families
   for (const FamilyWork& f : work.families())
-    for (const CollectiveWork& k : f.collectives) t[{k.kind, k.group}] += k.bytes;
+    for (const CollectiveWork& k : f.collectives)
+      if (k.kind != "all-reduce" || k.bytes / double(k.calls) > 16) t[{k.kind, k.group}] += k.bytes;  // not scalars
   return t;
+}
+
+// Every key of either side, the same bytes on both; returns the mismatches.
+int64_t compare(const Totals& plan, const Totals& real) {
+  int64_t mismatches = 0;
+  for (const auto& [key, bytes] : plan) {
+    const double got = real.count(key) ? real.at(key) : 0.0;
+    if (got != bytes) ++mismatches;
+    EXPECT_EQ(got, bytes) << key.first << " over " << key.second << " ranks";
+  }
+  for (const auto& [key, bytes] : real)
+    if (!plan.count(key)) {
+      ++mismatches;
+      ADD_FAILURE() << "the real step moved " << bytes << " bytes of " << key.first << " over " << key.second
+                    << " ranks; the plan none";
+    }
+  return mismatches;
+}
+
+TokenBatch one_row(const ModelConfig& c, int64_t S) {
+  TokenBatch batch;
+  batch.B = 1;
+  batch.S = S;
+  for (int64_t i = 0; i < S; ++i) {
+    batch.ids.push_back(static_cast<int32_t>((i * 7 + 1) % c.vocab_size));
+    batch.targets.push_back(static_cast<int32_t>((i * 5 + 2) % c.vocab_size));
+    batch.positions.push_back(static_cast<int32_t>(i));
+  }
+  return batch;
 }
 
 TEST(StepWork, PlannedCollectivesAreTheRealStepsBytes) {
@@ -108,14 +144,7 @@ TEST(StepWork, PlannedCollectivesAreTheRealStepsBytes) {
   auto be = make_cpu_backend();
   LlamaWeights w(c);
   w.init_random(*be, 3);
-  TokenBatch batch;
-  batch.B = 1;
-  batch.S = S;
-  for (int64_t i = 0; i < S; ++i) {
-    batch.ids.push_back(static_cast<int32_t>((i * 7 + 1) % c.vocab_size));
-    batch.targets.push_back(static_cast<int32_t>((i * 5 + 2) % c.vocab_size));
-    batch.positions.push_back(static_cast<int32_t>(i));
-  }
+  const TokenBatch batch = one_row(c, S);
   int64_t mismatches = 0, compared = 0;
   std::vector<int> rings = {1};
   if (P > 1) rings.push_back(P);
@@ -134,21 +163,41 @@ TEST(StepWork, PlannedCollectivesAreTheRealStepsBytes) {
     LlamaModel model(w, *be, mesh, StepOptions{});
     compute_loss_and_grads(model, w, *be, mesh, batch);
     const Totals plan = planned(c, S, P, ring);
-    for (const auto& [key, bytes] : plan) {
-      ++compared;
-      const double got = real.count(key) ? real.at(key) : 0.0;
-      if (got != bytes) ++mismatches;
-      EXPECT_EQ(got, bytes) << key.first << " over " << key.second << " ranks";
-    }
-    for (const auto& [key, bytes] : real)
-      if (!plan.count(key)) {
-        ++mismatches;
-        ADD_FAILURE() << "the real step moved " << bytes << " bytes of " << key.first << " over " << key.second
-                      << " ranks; the plan none";
-      }
+    compared += static_cast<int64_t>(plan.size());
+    mismatches += compare(plan, real);
   }
   EXPECT_EQ(sum_over_ranks(mismatches), 0);
   if (P > 1) EXPECT_GT(compared, 0);
+}
+
+// ZeRO 1 (the optimizer's weight all-gather), 2 (the gradients reduce-scattered in the backward)
+// and 3 (the weights gathered per group too), with AdamW's step, over the Ulysses mesh of the
+// whole world where the heads allow it, else the ring.
+TEST(StepWork, PlannedZeroCollectivesAreTheRealStepsBytes) {
+  ModelConfig c;
+  ASSERT_TRUE(named_model_config("tiny", &c));
+  const int P = world().size();
+  const int64_t S = 64;
+  const int ring = c.num_attention_heads % P == 0 ? 1 : P;
+  auto be = make_cpu_backend();
+  const TokenBatch batch = one_row(c, S);
+  int64_t mismatches = 0;
+  for (int zero : {0, 1, 2, 3}) {
+    SCOPED_TRACE("sp " + std::to_string(P) + " ring " + std::to_string(ring) + " zero " + std::to_string(zero));
+    Totals real;
+    Counting counted(world().split(0, world().rank()), &real);
+    ProcessMesh mesh(counted, P, ring);
+    LlamaWeights w(c, DType::F32, zero_sharding(counted, zero));
+    w.init_random(*be, 5);
+    LlamaModel model(w, *be, mesh, StepOptions{});
+    AdamW opt(w, *be, OptimizerConfig{}, {zero >= 1 ? &counted : nullptr, false});
+    real.clear();  // the set-up is not the step's
+    w.zero_grads(*be);
+    compute_loss_and_grads(model, w, *be, mesh, batch);
+    opt.step();
+    mismatches += compare(planned(c, S, P, ring, zero), real);
+  }
+  EXPECT_EQ(sum_over_ranks(mismatches), 0);
 }
 
 }  // namespace
