@@ -21,6 +21,7 @@
 #include "train/optimizer.h"
 #include "train/rank_agreement.h"
 #include "train/step.h"
+#include "train/step_time.h"
 
 namespace ulysses {
 
@@ -42,6 +43,9 @@ std::vector<OptionSpec> bench_specs() {
                                      "with the options chosen"},
       {"host-mem-limit", true, false, "host memory budget in GiB for --find-max-seq (default: what this host has)"},
       {"profile", false, false, "time each op family of the timed steps (a table, and \"profile\" in the JSON)"},
+      {"rates-out", true, false, "with --profile: add this step's measured rate per op family (its seconds over the "
+                                 "work the planner counts for it) to the rates table FILE, for plan --time "
+                                 "(docs/step-time-model.md); one sequence (--batch 1)"},
       {"help", false, false, "show this help"},
   };
   for (auto& s : engine_option_specs())
@@ -99,6 +103,29 @@ std::vector<double> time_steps(Engine& engine, AdamW* optimizer, const TokenBatc
   return times;
 }
 
+// The profiled step's rates, added to FILE (a new table, or one more measurement in an existing
+// one, so that a ladder of lengths builds one table): per family the measured seconds and the
+// work the planner counts for the same configuration (train/step_time.h).
+void write_rates(const std::string& path, Engine& engine, const ModelConfig& config, int64_t S,
+                 const StepProfile& profile, const std::string& device) {
+  RatesTable table;
+  if (std::ifstream(path).good()) table = read_rates_table(path);  // refused when malformed: no silent overwrite
+  PlanRequest req = engine.plan_request(config, S);
+  req.options = engine.step_options();  // as the step ran (keep-attention chosen by the plan)
+  RatesMeasurement m = make_measurement(profile.json(), plan_step_work(req));
+  m.seq_len = S;
+  m.local_tokens = local_tokens(req);
+  m.ranks = engine.world().size();
+  m.sp = engine.mesh().sp_size();
+  m.ring = engine.mesh().ring_size();
+  m.model = std::to_string(config.num_hidden_layers) + " layers, hidden " + std::to_string(config.hidden_size);
+  table.device = device;
+  table.measurements.push_back(m);
+  write_file_atomic(path, table.to_json().dump(2) + "\n");
+  std::cout << "rates: " << m.families.size() << " families at " << S << " tokens added to " << path << " ("
+            << table.measurements.size() << " measurement" << (table.measurements.size() > 1 ? "s" : "") << ")\n";
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv, Communicator& world) {
@@ -121,6 +148,9 @@ int run_bench(int argc, char** argv, Communicator& world) {
   if (!find_max) check_tokens_fit_host("bench: a step", B * S, host_memory_available());
   const bool optimize = !args.has("no-optimizer");
   const bool profiling = args.has("profile");
+  ULY_CHECK(!args.has("rates-out") || (profiling && B == 1 && !find_max),
+            "bench --rates-out records the rates of one profiled sequence: add --profile, and leave out --batch and "
+            "--find-max-seq");
   // Before the first collective: every rank was started with the same options (another --seq on
   // one rank died inside MPI).
   check_ranks_agree(world, {{"options", std::vector<std::string>(argv + 1, argv + argc)}}, "bench");
@@ -227,6 +257,7 @@ int run_bench(int argc, char** argv, Communicator& world) {
     if (profiling)
       std::cout << "\nprofile of rank 0, mean per timed step (the step time above is the median):\n"
                 << profile.table();
+    if (args.has("rates-out")) write_rates(args.get("rates-out"), engine, config, S, profile, backend->name());
     std::cout << "BENCH_JSON " << j.dump() << std::endl;
     if (args.has("json")) write_file_atomic(args.get("json"), j.dump(2) + "\n");  // a regular file or nothing
   }

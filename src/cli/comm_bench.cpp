@@ -16,8 +16,10 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/limits.h"
+#include "io/atomic_file.h"
 #include "parallel/collectives.h"
 #include "parallel/step_communicator.h"
+#include "train/step_time.h"
 
 namespace ulysses {
 namespace {
@@ -82,6 +84,8 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
       {"factor", true, false, "size multiplier between messages (default 4)"},
       {"warmup", true, false, "untimed calls per size (default 3)"},
       {"iters", true, false, "timed calls per size (default 10)"},
+      {"rates-out", true, false, "write each operation's bus bandwidth at the largest message into the rates table "
+                                 "FILE that bench --profile --rates-out made, for plan --time (docs/step-time-model.md)"},
       {"help", false, false, "show this help"},
   };
   Args args("comm-bench", specs, argc, argv, 2);
@@ -106,6 +110,9 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
     ops.push_back(c);
   }
   ULY_CHECK(!ops.empty(), "comm-bench: --ops names no operation");
+  // Read (and so checked) before any timing: the table bench made, which gets the bandwidths.
+  RatesTable rates;
+  if (args.has("rates-out")) rates = read_rates_table(args.get("rates-out"));
 
   std::unique_ptr<Backend> backend = make_backend(engine, world.rank());
   StepCommunicator step_comm(world, *backend, comm_kind_name(engine.comm));
@@ -123,7 +130,9 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
               << dtype_name(dtype) << ", mean of " << iters << " calls after " << warmup
               << " (time: the slowest rank)\n"
               << "op                     bytes    time_us   algbw_GB/s   busbw_GB/s\n";
+  int measured = 0;  // kinds with a bus bandwidth from this run
   for (const CollectiveSpec* op : ops) {
+    double last_busbw = 0;
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
       const int64_t elements = std::max<int64_t>(1, bytes / unit) * n;
       const int64_t message = elements * static_cast<int64_t>(dtype_size(dtype));
@@ -150,8 +159,21 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
                   << ", \"algbw_gbs\": " << algbw << ", \"busbw_gbs\": " << busbw << "}\n"
                   << std::flush;
       }
+      last_busbw = busbw;
       if (bytes > max_bytes / factor) break;  // the next size would pass the largest (and could overflow)
     }
+    // The step's collectives are large: the largest message's bus bandwidth stands for the kind
+    // (the table's kinds are spelled as the planner's, "all-to-all"). One rank moves nothing.
+    std::string kind = op->name;
+    for (char& ch : kind) ch = ch == '_' ? '-' : ch;
+    if (last_busbw > 0) rates.bus_gbps[kind] = last_busbw, ++measured;
+  }
+  if (args.has("rates-out") && comm.rank() == 0) {
+    ULY_CHECK(measured > 0, "comm-bench --rates-out: one rank moves nothing; run it on the ranks of the "
+                                       "interconnect to measure (mpirun -np N)");
+    write_file_atomic(args.get("rates-out"), rates.to_json().dump(2) + "\n");
+    std::cout << "rates: bus bandwidth of " << rates.bus_gbps.size() << " collectives written to "
+              << args.get("rates-out") << "\n";
   }
   return 0;
 }

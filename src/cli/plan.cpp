@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/plan_time.h"
 #include "io/model_folder.h"
 #include "parallel/sequence_attention.h"
 #include "train/memory_plan.h"
@@ -216,6 +217,7 @@ int run_plan(int argc, char** argv) {
         s.name != "memory-limit")
       specs.push_back(s);
   for (auto& s : lora_option_specs()) specs.push_back(s);
+  for (auto& s : plan_time_specs()) specs.push_back(s);
   Args args("plan", specs, argc, argv, 2);
   if (args.has("help")) {
     std::cout << Args::usage("plan", specs);
@@ -251,6 +253,20 @@ int run_plan(int argc, char** argv) {
   }
   // The planner's own token arrays live here, whatever the target.
   check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
+  ULY_CHECK(args.has("time") || (!args.has("link-gbps") && !args.has("compare-meshes") && !args.has("time-json")),
+            "plan: --link-gbps, --compare-meshes and --time-json go with --time RATES.json");
+  if (args.has("time")) {
+    // keep-attention auto: on when the step with it fits, as bench and train decide (Engine::plan),
+    // so that the schedule timed is the one they run.
+    if (engine.keep_attention == KeepAttention::Auto && req.options.checkpoint) {
+      PlanRequest keep = req;
+      keep.options.keep_attention = true;
+      if (plan_misfit(keep, plan_step_memory(keep), budgets.device, budgets.host).empty()) req = keep;
+      std::cout << "--keep-attention auto: " << (req.options.keep_attention ? "on" : "off") << " [" << budgets.text()
+                << "]\n";
+    }
+    return run_plan_time(args, req);
+  }
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp

@@ -12,6 +12,8 @@
 
 namespace ulysses {
 
+class WorkLedger;
+
 enum class ReduceOp { Sum, Max };
 
 // A communication in flight, returned by a *_async call. Until wait() returns, the
@@ -91,7 +93,8 @@ std::unique_ptr<Communicator> make_self_communicator();
 // A stand-in for rank `rank` of a group of `size` that moves no data: every
 // collective returns at once, leaving outputs untouched. Used by the memory
 // planner to run the step code for a degree without launching the ranks.
-std::unique_ptr<Communicator> make_simulated_communicator(int size, int rank);
+// work: where each collective's kind, size and group go (the step-time model; core/step_work.h).
+std::unique_ptr<Communicator> make_simulated_communicator(int size, int rank, WorkLedger* work = nullptr);
 
 // The world: MPI when the process was launched by mpirun/srun (or MPI is forced),
 // a self communicator otherwise. Initialises MPI on first use; sets the process

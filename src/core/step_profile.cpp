@@ -18,28 +18,18 @@ size_t StepProfile::index_of(const char* name) {
 
 void StepProfile::open(const char* family, bool absorb_nested, double t) {
   ULY_CHECK(family != nullptr && *family != '\0', "profile: a family needs a name");
-  if (!stack_.empty()) families_[stack_.back().family].seconds += std::max(0.0, t - last_t_);
+  if (!stack_.empty()) families_[stack_.top()].seconds += std::max(0.0, t - last_t_);
   last_t_ = t;
-  if (absorbing_ > 0) {
-    // Inside an absorbing family: keep attributing to it, but keep the nesting
-    // so that the matching close() pops this level.
-    stack_.push_back(stack_.back());
-    stack_.back().absorbs = false;
-    return;
-  }
+  if (stack_.open_absorbed()) return;
   const size_t f = index_of(family);
-  // A family entered again from inside itself (a helper calling a helper) is one call.
-  if (stack_.empty() || stack_.back().family != f) ++families_[f].calls;
-  stack_.push_back(Open{f, absorb_nested});
-  absorbing_ += absorb_nested;
+  if (stack_.open(f, absorb_nested)) ++families_[f].calls;
 }
 
 void StepProfile::close(double t) {
   ULY_CHECK(!stack_.empty(), "profile: a family was closed that was never opened");
-  families_[stack_.back().family].seconds += std::max(0.0, t - last_t_);
+  families_[stack_.top()].seconds += std::max(0.0, t - last_t_);
   last_t_ = t;
-  absorbing_ -= stack_.back().absorbs;
-  stack_.pop_back();
+  stack_.close("profile");
 }
 
 void StepProfile::add_step(double seconds) {

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/family_stack.h"
+
 namespace ulysses {
 
 class StepProfile {
@@ -45,15 +47,10 @@ class StepProfile {
     double seconds = 0;
     int64_t calls = 0;
   };
-  struct Open {
-    size_t family;
-    bool absorbs;
-  };
   size_t index_of(const char* name);
 
   std::vector<Family> families_;  // few: a linear search beats a map
-  std::vector<Open> stack_;
-  int absorbing_ = 0;  // open families that absorb their nested ones
+  FamilyStack stack_;
   double last_t_ = 0;
   double step_seconds_ = 0;
   int64_t steps_ = 0;

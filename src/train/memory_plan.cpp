@@ -4,9 +4,12 @@
 #include <map>
 #include <numeric>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "backend/planning_backend.h"
+#include "backend/profile_scope.h"
+#include "core/step_work.h"
 #include "comm/communicator.h"
 #include "model/batch.h"
 #include "train/optimizer.h"
@@ -28,6 +31,62 @@ int64_t local_tokens(const PlanRequest& r) {
 
 namespace {
 
+// The step as bench times it (cli/bench.cpp, train/step.cpp), for the time model's ledger:
+// zero grads, forward and backward with each layer's gradients all-reduced over the sp ranks
+// as the backward leaves the layer (ZeRO 2/3: reduce-scattered inside the backward instead),
+// the rest at the end, then the optimizer. The collectives are noted on the ledger directly:
+// the time model's target (NCCL) moves device buffers, without the host staging of MPI.
+void run_timed_step(const PlanRequest& r, Backend& backend, LlamaModel& model, LlamaWeights& weights,
+                    LoraWeights* lora, ParameterSet& trained, AdamW* optimizer, const SequenceShard& shard) {
+  {
+    ProfileScope prof(backend, "zero grads");
+    trained.zero_grads(backend);
+  }
+  const bool reduce = !trained.grads_sharded();
+  const int world = r.sp;
+  auto all_reduce = [&](const std::vector<Parameter*>& params) {
+    for (Parameter* p : params) {
+      const double bytes = double(p->grad.numel()) * double(dtype_size(p->grad.dtype() == DType::BF16 ? DType::F32
+                                                                                                      : p->grad.dtype()));
+      r.work->add_collective("all-reduce", world, bytes);
+    }
+  };
+  std::vector<bool> done(trained.params().size(), false);
+  auto layer_params = [&](int64_t l) { return lora ? lora->layer_params(l) : weights.layer(l).all(); };
+  std::function<void(int64_t)> hook;
+  if (reduce && world > 1)
+    hook = [&](int64_t l) {
+      ProfileScope prof(backend, "grad all-reduce");
+      std::vector<Parameter*> ps;
+      for (Parameter* p : layer_params(l)) {
+        const size_t i = static_cast<size_t>(p - trained.params().data());
+        if (!done[i]) ps.push_back(p), done[i] = true;
+      }
+      all_reduce(ps);
+    };
+  model.forward_backward(shard, 1.0, hook);
+  trained.settle_grads(backend);
+  if (reduce) {
+    ProfileScope prof(backend, "grad all-reduce");
+    std::vector<Parameter*> rest;
+    for (size_t i = 0; i < trained.params().size(); ++i)
+      if (!done[i]) rest.push_back(&trained.params()[i]);
+    all_reduce(rest);
+  }
+  // The offloaded update runs on the host's copies of the state (no placeholders to run it on):
+  // its work is counted as bench's profile files it, under "optimizer".
+  if (optimizer && !r.optimizer_offload) {
+    optimizer->step();
+  } else if (optimizer) {
+    ProfileScope prof(backend, "optimizer");
+    for (const Parameter& p : trained.params()) {
+      const double n = double(p.grad.numel()) / std::max(1, r.optimizer_shards);
+      r.work->add_transfer(n * double(dtype_size(p.grad.dtype()) + dtype_size(r.act_dtype)));
+      r.work->add_bytes(n * 4.0 * 7.0);  // master, m, v read and written; the gradient read (float32)
+    }
+  }
+}
+
 // One dry run of the step; capture_at > 0 itemises the device allocations live when the device
 // pools first hold that many bytes.
 MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
@@ -35,12 +94,20 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
   check_ulysses_degree(r.config.num_attention_heads, r.config.num_key_value_heads, layout.ulysses(), r.seq_len);
   ULY_CHECK(r.documents >= 1 && r.documents <= r.seq_len,
             "plan: " << r.documents << " documents cannot be packed in " << r.seq_len << " tokens");
-  auto backend = make_planning_backend(r.act_dtype, r.device, r.runtime);
+  auto backend = make_planning_backend(r.act_dtype, r.device, r.runtime, r.work);
   if (capture_at > 0) backend->pools().capture_at_device_bytes(capture_at);
-  // Rank 0 of each group stands for every rank: their allocations are the same.
-  auto sp = make_simulated_communicator(r.sp, 0);
-  auto ulysses = make_simulated_communicator(static_cast<int>(layout.ulysses()), 0);
-  auto ring = make_simulated_communicator(r.ring, 0);
+  // Rank 0 of each group stands for every rank: their allocations are the same. The time model
+  // plans the last rank of the SP group instead, the slowest: without zigzag the last ring rank
+  // holds the causal mask's fullest rows (under Ulysses or zigzag every rank does equal work).
+  // (The sp group's one collective, the row's positions gathered by shard_sequence, falls
+  // outside every family: the time model's "other".)
+  const int ulysses_size = static_cast<int>(layout.ulysses());
+  const int sp_rank = r.work ? r.sp - 1 : 0;
+  auto sp = make_simulated_communicator(r.sp, sp_rank, r.work);
+  auto ulysses = make_simulated_communicator(ulysses_size, sp_rank % ulysses_size, r.work);
+  auto ring = make_simulated_communicator(r.ring, sp_rank / ulysses_size, r.work);
+  // ZeRO 2/3's gradient reduce-scatters and weight gathers, recorded for the time model only.
+  auto shard_group = make_simulated_communicator(r.gradient_shards, 0, r.work);
   MemorySnapshot out;
   {
     // ZeRO stages 2 and 3: rank 0's gradient (and weight) shards, its blocks taken as they are (no
@@ -49,7 +116,8 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
               "plan: weights sharded over " << r.weight_shards << " ranks but gradients over " << r.gradient_shards
                                             << " (ZeRO stage 3 shards both over all ranks)");
     LlamaWeights weights(r.config, r.options.grad_dtype,
-                         ParameterSharding{nullptr, 0, r.gradient_shards, r.weight_shards > 1});
+                         ParameterSharding{r.work && r.gradient_shards > 1 ? shard_group.get() : nullptr, 0,
+                                           r.gradient_shards, r.weight_shards > 1});
     if (r.lora.enabled()) weights.freeze();
     weights.allocate(*backend);
     std::unique_ptr<LoraWeights> lora;
@@ -58,7 +126,7 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
       lora->allocate(*backend);
     }
     // Rank 0 holds the largest share of sharded optimizer state (the last ranks' may be short).
-    auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0);
+    auto optimizer_group = make_simulated_communicator(r.optimizer_shards, 0, r.work);
     std::unique_ptr<AdamW> optimizer;
     if (r.optimizer)
       optimizer = std::make_unique<AdamW>(lora ? static_cast<ParameterSet&>(*lora) : weights, *backend,
@@ -93,7 +161,12 @@ MemorySnapshot dry_run(const PlanRequest& r, size_t capture_at) {
     shard.doc_start = document_starts(row);
     shard.rope_length = std::min(r.seq_len, doc_len);
     backend->pools().reset_peaks();
-    model.forward_backward(shard, 1.0);
+    if (r.work) {
+      ParameterSet& trained = lora ? static_cast<ParameterSet&>(*lora) : weights;
+      run_timed_step(r, *backend, model, weights, lora.get(), trained, optimizer.get(), shard);
+    } else {
+      model.forward_backward(shard, 1.0);
+    }
     out = MemorySnapshot::of(backend->pools());
     out.at_peak = backend->pools().captured();
   }

@@ -15,6 +15,8 @@
 
 namespace ulysses {
 
+class WorkLedger;
+
 struct MemorySnapshot {
   std::array<PoolCounters, kNumPools> pools{};
   std::array<PoolCounters, kNumMemTags> tags{};
@@ -46,6 +48,10 @@ struct PlanRequest {
   Backend* runtime = nullptr;
   // LoRA (lora.r > 0): the base frozen (no gradients, no optimizer state), the adapters with theirs.
   LoraConfig lora;
+  // The step-time model's dry run (train/step_time.h): each op's work and every collective go
+  // here, and the dry run is the whole step bench times (zero grads, the gradient reduction over
+  // the sp ranks, the optimizer), not only the forward and backward whose memory peaks.
+  WorkLedger* work = nullptr;
 };
 
 // Local tokens per rank (the sequence padded by the token layout, divided by sp).

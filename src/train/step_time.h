@@ -1,0 +1,98 @@
+// The step-time model (docs/step-time-model.md): the planner's exact schedule of one step (each
+// profile family's GEMM and attention FLOPs, memory-bound bytes, host<->device copies and
+// collectives: core/step_work.h) turned into seconds with rates measured per family on the GPU
+// (`bench --profile --rates-out FILE`) and a bandwidth per collective kind.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/step_work.h"
+#include "train/memory_plan.h"
+
+namespace ulysses {
+
+// The work of the step the request describes, per family, as bench times it (zero grads,
+// forward + backward, gradient reduction, optimizer): one dry run on the planning backend.
+WorkLedger plan_step_work(PlanRequest req);
+
+// What each family's rate divides: FLOPs (GEMMs, attention), bytes (memory-bound), or calls
+// (a family with neither, such as a collective on one rank: seconds per call).
+enum class WorkUnit { Flop, Byte, Call };
+WorkUnit work_unit_of(const FamilyWork& f);
+double work_in(const FamilyWork& f, WorkUnit unit);
+const char* work_unit_name(WorkUnit unit);
+
+// One measured step: per family its seconds and the work the planner counts for it.
+struct RatesMeasurement {
+  struct Entry {
+    WorkUnit unit = WorkUnit::Call;
+    double seconds = 0, work = 0, calls = 0;
+    double rate() const { return seconds > 0 ? work / seconds : 0; }  // work per second
+  };
+  int64_t seq_len = 0, local_tokens = 0;
+  int ranks = 1, sp = 1, ring = 1;
+  std::string model;  // "32 layers, hidden 4096" (for people)
+  std::map<std::string, Entry> families;  // "other" (no family: host time) as calls
+};
+
+struct RatesTable {
+  static constexpr int kVersion = 1;
+  std::string device;
+  std::vector<RatesMeasurement> measurements;
+  std::map<std::string, double> bus_gbps;  // measured bus bandwidth by collective kind (GB/s)
+  double latency_us = -1;                  // per collective call; < 0: the default
+  double pcie_gbps = -1;                   // host <-> device copies; < 0: the default
+  nlohmann::json to_json() const;
+};
+
+// The table in `text`, read from `file`; a malformed one is refused with an Error naming the
+// file and the field.
+RatesTable parse_rates_table(const std::string& text, const std::string& file);
+RatesTable read_rates_table(const std::string& path);
+// A measurement from a profiled step (StepProfile::json()) and the planner's work for it.
+RatesMeasurement make_measurement(const nlohmann::json& profile, const WorkLedger& work);
+
+// Defaults where the table has no figure: NVLink on H100/H200 (nccl-tests bus bandwidth of an
+// all-to-all, 2026-12-04: 330 GB/s on two H200s; ~370 GB/s on 8), pinned PCIe copies 55 GB/s
+// (DESIGN §6), 20 µs a collective call.
+constexpr double kDefaultBusGbps = 370, kDefaultPcieGbps = 55, kDefaultLatencyUs = 20;
+
+struct TimeOptions {
+  double link_gbps = -1;  // > 0: every collective's bus bandwidth (the interconnect), over the table's
+  bool overlap = true;    // the engine overlaps its gradient collectives (--no-comm-overlap: it does not)
+};
+
+struct FamilyTime {
+  std::string family;
+  WorkUnit unit = WorkUnit::Call;
+  double work = 0, rate = 0;
+  double compute_s = 0;      // work / rate
+  double comm_s = 0;         // the family's collectives at bus bandwidth + latency
+  double comm_exposed_s = 0; // what the overlap leaves on the step
+  double calls = 0;
+  std::string note;          // which measurement, interpolated or clamped
+  double seconds() const { return compute_s + comm_exposed_s; }
+};
+
+struct StepTime {
+  std::vector<FamilyTime> families;  // "other" last
+  double transfer_s = 0, transfer_exposed_s = 0;
+  double step_s = 0;
+  std::vector<std::string> notes;
+  std::string table() const;
+  nlohmann::json json() const;
+};
+
+// seq_len: the global sequence; local_tokens: per rank. L: layers (the share of overlapped
+// collectives left exposed is the last layer's).
+StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int64_t seq_len, int64_t local_tokens,
+                           int64_t layers, const TimeOptions& options);
+
+// Bus-bandwidth factor of one collective over n ranks, as nccl-tests defines it: time =
+// factor · bytes / bus bandwidth.
+double bus_factor(const std::string& kind, int n);
+
+}  // namespace ulysses

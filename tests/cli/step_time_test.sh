@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The step-time model end to end on the CPU backend (docs/step-time-model.md): bench --profile
+# --rates-out records a step's rates, plan --time on the same configuration predicts, family by
+# family, exactly the seconds bench recorded (work / rate round trip: the planner's schedule is
+# the step's) with the profile's call counts; a second length joins the same table; malformed
+# tables and stray flags are refused with one error line. No timing is asserted.
+source "$(dirname "$0")/lib.sh" "$@"
+cd "$TMP"
+
+roundtrip() {  # NAME, then the options bench and plan share
+  local name=$1
+  shift
+  rm -f rates.json
+  if ! "$ULYSSES" bench --backend cpu --shape tiny --seq 256 --steps 1 --warmup 0 --profile --rates-out rates.json \
+      "$@" > bench.txt 2> bench.err; then
+    fail "$name: bench --rates-out"; tail -3 bench.err; return
+  fi
+  if ! "$ULYSSES" plan --backend cpu --shape tiny --seq 256 --time rates.json "$@" > plan.txt 2> plan.err; then
+    fail "$name: plan --time"; tail -3 plan.err; return
+  fi
+  if python3 - bench.txt plan.txt <<'PY'
+import json, sys
+bench = [l for l in open(sys.argv[1]) if l.startswith("BENCH_JSON ")][0]
+prof = json.loads(bench[len("BENCH_JSON "):])["profile"]
+pred = json.loads([l for l in open(sys.argv[2]) if l.startswith("TIME_JSON ")][0][len("TIME_JSON "):])
+fams = pred["families"]
+prof.pop("accounted")
+assert set(prof) == set(fams), (sorted(prof), sorted(fams))
+for name, row in prof.items():
+    got = fams[name]["seconds"]
+    assert abs(got - row["seconds"]) <= 1e-9 * max(1e-9, row["seconds"]), (name, got, row["seconds"])
+    if name != "other":
+        assert fams[name]["calls"] == row["calls"], (name, fams[name]["calls"], row["calls"])
+step = sum(r["seconds"] for r in prof.values())
+assert abs(pred["step_s"] - step) <= 1e-9 * step, (pred["step_s"], step)
+print(f"     {len(prof)} families, step {step:.6f} s predicted as {pred['step_s']:.6f} s")
+PY
+  then pass "$name: predicted == recorded per family, calls equal"; else fail "$name: round trip"; fi
+}
+
+roundtrip "forward + backward" --no-optimizer
+roundtrip "with AdamW" 
+roundtrip "checkpoints offloaded, tiled" --offload-checkpoints --tiled-mlp --tiled-loss
+roundtrip "LoRA" --lora-r 4
+roundtrip "optimizer offloaded" --offload-optimizer
+
+# A second length joins the table; the attention rate is then interpolated between the two.
+"$ULYSSES" bench --backend cpu --shape tiny --seq 128 --steps 1 --warmup 0 --profile --rates-out two.json \
+  --no-optimizer > /dev/null 2>&1
+"$ULYSSES" bench --backend cpu --shape tiny --seq 512 --steps 1 --warmup 0 --profile --rates-out two.json \
+  --no-optimizer > /dev/null 2>&1
+python3 -c "import json,sys; assert len(json.load(open('two.json'))['measurements']) == 2" \
+  && pass "a second measurement joins the table" || fail "a second measurement joins the table"
+"$ULYSSES" plan --backend cpu --shape tiny --seq 256 --no-optimizer --time two.json > two.txt 2>&1 \
+  && grep -q -E "^  attention .*interpolated on log\(seq\)" two.txt \
+  && pass "attention interpolated between lengths" || fail "attention interpolated between lengths"
+
+# Several GPUs from one GPU's rates: the meshes compared and the fastest named.
+"$ULYSSES" plan --backend cpu --shape tiny --seq 256 --sp 4 --no-optimizer --time two.json --compare-meshes \
+  --link-gbps 100 > meshes.txt 2>&1 && grep -q "^  ulysses 4 " meshes.txt && grep -q "^  ring 4 " meshes.txt \
+  && grep -q "^  hybrid: ulysses 2 x ring 2 " meshes.txt && grep -q "^fastest: " meshes.txt \
+  && pass "--compare-meshes names the fastest" || { fail "--compare-meshes"; cat meshes.txt | tail -5; }
+
+# comm-bench on 2 MPI ranks writes each collective's bus bandwidth into the table; plan --time uses it.
+if command -v mpirun > /dev/null; then
+  if timeout 120 $MPIRUN -np 2 "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 65536 --iters 3 \
+      --rates-out two.json > comm.txt 2>&1 && python3 - two.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["collectives"]
+assert set(c) == {"all-to-all", "all-gather", "reduce-scatter", "all-reduce"}, c
+assert all(v["bus_gbps"] > 0 for v in c.values()), c
+PY
+  then pass "comm-bench --rates-out adds the bus bandwidths"; else fail "comm-bench --rates-out"; tail -3 comm.txt; fi
+  "$ULYSSES" plan --backend cpu --shape tiny --seq 256 --sp 2 --no-optimizer --time two.json > bw.txt 2>&1 \
+    && pass "plan --time reads the measured bandwidths" || { fail "plan --time with bandwidths"; tail -3 bw.txt; }
+fi
+expect_error "comm-bench --rates-out on one rank" "one rank moves nothing" \
+  "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 4096 --iters 1 --rates-out two.json
+
+# Refusals: one error line naming the file and the field.
+echo '{"format": "ulysses-rates", "version": 7, "measurements": []}' > v7.json
+expect_error "wrong version" "v7.json: field 'version'" "$ULYSSES" plan --shape tiny --seq 256 --time v7.json
+python3 -c "
+import json; j = json.load(open('two.json')); j['measurements'][0]['families']['mlp']['rate'] = 1
+j['measurements'][1]['families']['mlp']['unit'] = 'watt'; json.dump(j, open('bad.json', 'w'))"
+expect_error "bad unit" "bad.json: field 'measurements\[1\].families.mlp.unit'" \
+  "$ULYSSES" plan --shape tiny --seq 256 --time bad.json
+echo 'nope' > nope.json
+expect_error "not JSON" "nope.json: not JSON" "$ULYSSES" plan --shape tiny --seq 256 --time nope.json
+expect_error "missing table" "missing.json" "$ULYSSES" plan --shape tiny --seq 256 --time missing.json
+expect_error "--link-gbps without --time" "go with --time" "$ULYSSES" plan --shape tiny --seq 256 --link-gbps 50
+expect_error "--rates-out without --profile" "add --profile" \
+  "$ULYSSES" bench --backend cpu --shape tiny --seq 64 --steps 1 --warmup 0 --rates-out x.json
+# A malformed table is never overwritten by bench.
+expect_error "bench refuses to add to a malformed table" "nope.json: not JSON" \
+  "$ULYSSES" bench --backend cpu --shape tiny --seq 64 --steps 1 --warmup 0 --profile --rates-out nope.json
+finish

@@ -1,0 +1,195 @@
+// The step-time model: the ledger counts as the profile counts, the predictor's arithmetic on a
+// hand-made rates table (every expected figure computed by hand below), attention's rate
+// interpolated on log(seq) and clamped, the overlap rules, and malformed tables refused with
+// the file and the field named. No timing is asserted anywhere.
+#include "train/step_time.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "expect_error.h"
+
+namespace ulysses::test {
+namespace {
+
+const FamilyTime& family(const StepTime& t, const std::string& name) {
+  for (const FamilyTime& f : t.families)
+    if (f.family == name) return f;
+  static const FamilyTime missing;
+  ADD_FAILURE() << "no family '" << name << "'";
+  return missing;
+}
+
+RatesMeasurement::Entry entry(WorkUnit unit, double seconds, double work, double calls = 1) {
+  RatesMeasurement::Entry e;
+  e.unit = unit;
+  e.seconds = seconds;
+  e.work = work;
+  e.calls = calls;
+  return e;
+}
+
+RatesMeasurement measurement(int64_t seq, double attention_rate) {
+  RatesMeasurement m;
+  m.seq_len = seq;
+  m.local_tokens = seq;
+  m.families["mlp"] = entry(WorkUnit::Flop, 2.0, 1e12);            // 5e11 FLOP/s
+  m.families["rmsnorm"] = entry(WorkUnit::Byte, 0.5, 1e12);        // 2e12 B/s
+  m.families["attention"] = entry(WorkUnit::Flop, 1.0, attention_rate);
+  m.families["zero grads"] = entry(WorkUnit::Call, 0.004, 2, 2);   // 2 ms a call
+  m.families["other"] = entry(WorkUnit::Call, 0.25, 1, 1);
+  return m;
+}
+
+TEST(WorkLedger, CountsCallsAsTheProfileDoes) {
+  WorkLedger w;
+  w.open("mlp", false);
+  w.add_gemm(10);
+  w.open("mlp", false);  // a helper re-entering its own family: one call
+  w.add_gemm(5);
+  w.close();
+  w.close();
+  w.open("recompute", true);
+  w.open("attention", false);  // absorbed: its work is the recompute's
+  w.add_attention(7);
+  w.close();
+  w.close();
+  w.open("all-to-all", false);
+  w.add_collective("all-to-all", 4, 100);
+  w.add_collective("all-to-all", 4, 50);
+  w.add_collective("all-to-all", 1, 999);  // a group of one moves nothing
+  w.close();
+  ASSERT_NE(w.find("mlp"), nullptr);
+  EXPECT_EQ(w.find("mlp")->calls, 1);
+  EXPECT_EQ(w.find("mlp")->gemm_flops, 15);
+  EXPECT_EQ(w.find("attention"), nullptr);
+  EXPECT_EQ(w.find("recompute")->attention_flops, 7);
+  const FamilyWork& a = *w.find("all-to-all");
+  ASSERT_EQ(a.collectives.size(), 1u);
+  EXPECT_EQ(a.collectives[0].bytes, 150);
+  EXPECT_EQ(a.collectives[0].calls, 2);
+}
+
+TEST(StepTime, ArithmeticOnASyntheticTable) {
+  RatesTable rates;
+  rates.measurements.push_back(measurement(1024, 1e12));
+  WorkLedger w;
+  w.open("zero grads", false);
+  w.close();
+  w.open("mlp", false);
+  w.add_gemm(3e12);  // 3e12 / 5e11 = 6 s
+  w.close();
+  w.open("rmsnorm", false);
+  w.add_bytes(4e11);  // 4e11 / 2e12 = 0.2 s
+  w.close();
+  w.open("all-to-all", false);  // 2 calls of 4 ranks, 3.7e9 bytes: 0.75 * 3.7e9 / 370e9 + 2 * 20 µs
+  w.add_collective("all-to-all", 4, 1.85e9);
+  w.add_collective("all-to-all", 4, 1.85e9);
+  w.close();
+  w.open("grad all-reduce", false);  // 1.5 * 7.4e9 / 370e9 + 20 µs = 0.03002 s, overlapped
+  w.add_collective("all-reduce", 4, 7.4e9);
+  w.close();
+  w.open("checkpoint store", false);
+  w.add_transfer(55e9 * 10);  // 10 s at 55 GB/s, behind 6.2 s of compute: 3.8 s exposed
+  w.close();
+  const StepTime t = predict_step_time(w, rates, 1024, 1024, /*layers=*/10, TimeOptions{});
+  EXPECT_DOUBLE_EQ(family(t, "mlp").compute_s, 6.0);
+  EXPECT_DOUBLE_EQ(family(t, "rmsnorm").compute_s, 0.2);
+  EXPECT_DOUBLE_EQ(family(t, "zero grads").compute_s, 0.002);
+  EXPECT_NEAR(family(t, "all-to-all").comm_s, 0.0075 + 4e-5, 1e-12);
+  EXPECT_NEAR(family(t, "all-to-all").comm_exposed_s, 0.0075 + 4e-5, 1e-12);
+  EXPECT_NEAR(family(t, "grad all-reduce").comm_s, 0.03002, 1e-12);
+  // Overlapped with 6.202 s of compute: the last of 10 layers' share is left.
+  EXPECT_NEAR(family(t, "grad all-reduce").comm_exposed_s, 0.003002, 1e-12);
+  EXPECT_DOUBLE_EQ(family(t, "other").compute_s, 0.25);
+  EXPECT_NEAR(t.transfer_s, 10.0, 1e-9);
+  EXPECT_NEAR(t.transfer_exposed_s, 10.0 - 6.202, 1e-9);
+  EXPECT_NEAR(t.step_s, 6.0 + 0.2 + 0.002 + 0.00754 + 0.003002 + 0.25 + (10.0 - 6.202), 1e-9);
+
+  // --no-comm-overlap: the reduction is all exposed; --link-gbps replaces the bandwidth.
+  TimeOptions serial;
+  serial.overlap = false;
+  serial.link_gbps = 37;
+  const StepTime s = predict_step_time(w, rates, 1024, 1024, 10, serial);
+  EXPECT_NEAR(family(s, "grad all-reduce").comm_exposed_s, 0.3 + 2e-5, 1e-12);
+  EXPECT_NEAR(family(s, "all-to-all").comm_s, 0.075 + 4e-5, 1e-12);
+}
+
+TEST(StepTime, AttentionRateInterpolatedOnLogSeqAndClamped) {
+  RatesTable rates;
+  rates.measurements.push_back(measurement(1024, 1e12));
+  rates.measurements.push_back(measurement(4096, 2e12));
+  WorkLedger w;
+  w.open("attention", false);
+  w.add_attention(3e12);
+  w.close();
+  // 2048 is halfway on log(seq): 1.5e12 FLOP/s, 2 s.
+  StepTime t = predict_step_time(w, rates, 2048, 2048, 1, TimeOptions{});
+  EXPECT_NEAR(family(t, "attention").rate, 1.5e12, 1e-3);
+  EXPECT_NEAR(family(t, "attention").compute_s, 2.0, 1e-12);
+  EXPECT_EQ(family(t, "attention").note, "interpolated on log(seq)");
+  t = predict_step_time(w, rates, 65536, 65536, 1, TimeOptions{});
+  EXPECT_DOUBLE_EQ(family(t, "attention").rate, 2e12);
+  EXPECT_EQ(family(t, "attention").note, "clamped to the longest measured sequence");
+  t = predict_step_time(w, rates, 16, 16, 1, TimeOptions{});
+  EXPECT_DOUBLE_EQ(family(t, "attention").rate, 1e12);
+  EXPECT_EQ(family(t, "attention").note, "clamped to the shortest measured sequence");
+}
+
+TEST(StepTime, BusFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor("all-reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor("all-to-all", 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_factor("all-gather", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor("reduce-scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor("sendrecv", 2), 1.0);
+}
+
+TEST(RatesTable, RoundTripsThroughJson) {
+  RatesTable rates;
+  rates.device = "cuda:0";
+  rates.measurements.push_back(measurement(1024, 1e12));
+  rates.bus_gbps["all-to-all"] = 330;
+  const RatesTable back = parse_rates_table(rates.to_json().dump(), "r.json");
+  ASSERT_EQ(back.measurements.size(), 1u);
+  EXPECT_EQ(back.device, "cuda:0");
+  EXPECT_EQ(back.bus_gbps.at("all-to-all"), 330);
+  EXPECT_DOUBLE_EQ(back.measurements[0].families.at("mlp").rate(), 5e11);
+}
+
+TEST(RatesTable, MalformedTablesAreRefusedNamingFileAndField) {
+  RatesTable rates;
+  rates.measurements.push_back(measurement(1024, 1e12));
+  const nlohmann::json good = rates.to_json();
+  auto refused = [&](nlohmann::json j, const std::string& field) {
+    EXPECT_ERROR(parse_rates_table(j.dump(), "rates.json"), "rates.json", field);
+  };
+  EXPECT_ERROR(parse_rates_table("{not json", "rates.json"), "rates.json", "not JSON");
+  nlohmann::json j = good;
+  j["version"] = 99;
+  refused(j, "'version'");
+  j = good;
+  j.erase("format");
+  refused(j, "'format'");
+  j = good;
+  j["measurements"] = nlohmann::json::array();
+  refused(j, "'measurements'");
+  j = good;
+  j["measurements"][0].erase("seq_len");
+  refused(j, "'measurements[0].seq_len'");
+  j = good;
+  j["measurements"][0]["families"]["mlp"]["seconds"] = -1;
+  refused(j, "'measurements[0].families.mlp.seconds'");
+  j = good;
+  j["measurements"][0]["families"]["mlp"]["unit"] = "watt";
+  refused(j, "'measurements[0].families.mlp.unit'");
+  j = good;
+  j["measurements"][0]["families"]["mlp"]["seconds"] = 0;
+  refused(j, "'measurements[0].families.mlp'");
+  j = good;
+  j["collectives"] = {{"all-to-all", {{"bus_gbps", "fast"}}}};
+  refused(j, "'collectives.all-to-all.bus_gbps'");
+}
+
+}  // namespace
+}  // namespace ulysses::test
