@@ -214,6 +214,11 @@ Canvas render(const Metrics& m, const PlotStyle& st) {
   ax.hi = *std::max_element(xs.begin(), xs.end());
   if (ax.hi == ax.lo) ax.lo -= 1, ax.hi += 1;  // a single step: centre it
   padded_range(ys, 0.05, &ay.lo, &ay.hi);
+  // Losses of opposite sign near the largest double (a diverged run) give a range that is not a
+  // double: every pixel position would be NaN, so refuse before drawing.
+  ULY_CHECK(std::isfinite(ay.hi - ay.lo), "plot: the losses span " << *std::min_element(ys.begin(), ys.end()) << " to "
+                                              << *std::max_element(ys.begin(), ys.end())
+                                              << ", a range too wide to draw; leave out the diverged steps");
 
   // Layout: y tick labels decide the left margin, so ticks come first.
   const int top = pad + (st.title.empty() ? 0 : th + pad * 2);

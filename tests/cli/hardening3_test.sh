@@ -15,6 +15,10 @@ expect_error "a missing required option" "^ulysses loss-grad: error: missing req
   "$ULYSSES" loss-grad --model "$SMALL" --out o.safetensors
 expect_error "an out-of-range plot size" "^ulysses plot: error: --width must be in \[200, 8000\]" \
   "$ULYSSES" plot m.jsonl --out p.png --width 1
+printf '{"step": 1, "loss": 1e308}\n{"step": 2, "loss": -1e308}\n' > wide.jsonl
+expect_error "losses whose range is not a double (was NaN pixels: UBSan's overflow)" \
+  "^ulysses plot: error: the losses span -1e\+308 to 1e\+308, a range too wide to draw" \
+  "$ULYSSES" plot wide.jsonl --out wide.png
 
 # ---- empty values are mistakes, not defaults ----
 expect_error "--steps= (nothing after =)" "option --steps was given an empty value" \
