@@ -18,6 +18,7 @@
 #include "train/optimizer.h"
 #include "train/step.h"
 #include "train/step_time.h"
+#include "test_util.h"
 
 namespace ulysses::test {
 namespace {
@@ -124,18 +125,6 @@ int64_t compare(const Totals& plan, const Totals& real) {
   return mismatches;
 }
 
-TokenBatch one_row(const ModelConfig& c, int64_t S) {
-  TokenBatch batch;
-  batch.B = 1;
-  batch.S = S;
-  for (int64_t i = 0; i < S; ++i) {
-    batch.ids.push_back(static_cast<int32_t>((i * 7 + 1) % c.vocab_size));
-    batch.targets.push_back(static_cast<int32_t>((i * 5 + 2) % c.vocab_size));
-    batch.positions.push_back(static_cast<int32_t>(i));
-  }
-  return batch;
-}
-
 TEST(StepWork, PlannedCollectivesAreTheRealStepsBytes) {
   ModelConfig c;
   ASSERT_TRUE(named_model_config("tiny", &c));
@@ -144,7 +133,7 @@ TEST(StepWork, PlannedCollectivesAreTheRealStepsBytes) {
   auto be = make_cpu_backend();
   LlamaWeights w(c);
   w.init_random(*be, 3);
-  const TokenBatch batch = one_row(c, S);
+  const TokenBatch batch = patterned_batch(S, c.vocab_size, S);
   int64_t mismatches = 0, compared = 0;
   std::vector<int> rings = {1};
   if (P > 1) rings.push_back(P);
@@ -180,7 +169,7 @@ TEST(StepWork, PlannedZeroCollectivesAreTheRealStepsBytes) {
   const int64_t S = 64;
   const int ring = c.num_attention_heads % P == 0 ? 1 : P;
   auto be = make_cpu_backend();
-  const TokenBatch batch = one_row(c, S);
+  const TokenBatch batch = patterned_batch(S, c.vocab_size, S);
   int64_t mismatches = 0;
   for (int zero : {0, 1, 2, 3}) {
     SCOPED_TRACE("sp " + std::to_string(P) + " ring " + std::to_string(ring) + " zero " + std::to_string(zero));
