@@ -21,6 +21,7 @@ class Counting final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return name_; }
+  bool reduces_bf16(const void*) const override { return name_ == "device"; }  // as NCCL and MPI
   void all_to_all(const void* s, void* r, size_t n, DType t) override { ++*calls_, self_->all_to_all(s, r, n, t); }
   void all_to_all_v(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc, const size_t* rd,
                     DType t) override {
@@ -57,6 +58,12 @@ struct Routing : testing::Test {
       host, std::make_unique<Counting>("device", &device_calls),
       [this](const void* p) { return device_buffers.count(p) > 0; });
 };
+
+TEST_F(Routing, Bf16SumsAreNativeWhereTheBufferLies) {
+  EXPECT_TRUE(comm->reduces_bf16(dev_a.data())) << "device memory: the device transport's answer";
+  EXPECT_FALSE(comm->reduces_bf16(host_a.data())) << "host memory: the host transport's answer";
+  EXPECT_FALSE(comm->reduces_bf16(nullptr));
+}
 
 TEST_F(Routing, DeviceBuffersGoToTheDeviceTransportHostBuffersToTheHostOne) {
   EXPECT_EQ(comm->name(), "host+device");

@@ -41,6 +41,13 @@ class Communicator {
   // True when buffers may be device memory (NCCL); otherwise callers stage
   // device tensors through host memory (parallel/collectives.h).
   virtual bool device_buffers() const { return false; }
+  // True when sums of bfloat16 buffers at `buffer` run natively (NCCL: every step of its
+  // algorithm adds in float32 and rounds to bfloat16); otherwise parallel/collectives.h sums a
+  // float32 copy. MPI and TCP have no bfloat16 arithmetic.
+  virtual bool reduces_bf16(const void* buffer) const {
+    (void)buffer;
+    return false;
+  }
 
   // send: [size * count] (block r goes to rank r); recv: [size * count] (block r came from rank r).
   virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;

@@ -112,6 +112,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
+  bool reduces_bf16(const void*) const override { return true; }
 
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override {
     if (count == 0) return;

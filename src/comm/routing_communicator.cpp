@@ -26,6 +26,9 @@ class RoutingCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
   std::string name() const override { return host_->name() + "+" + device_->name(); }
   bool device_buffers() const override { return true; }
+  bool reduces_bf16(const void* buffer) const override {
+    return buffer != nullptr && on_device_(buffer) ? device_->reduces_bf16(buffer) : host_->reduces_bf16(buffer);
+  }
 
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override {
     route("all_to_all", {send, recv}).all_to_all(send, recv, count, dtype);

@@ -10,6 +10,15 @@ bool needs_staging(const Communicator& comm, const Tensor& t) {
   return t.device() != Device::CPU && !comm.device_buffers();
 }
 
+// The dtype a sum moves in. A bfloat16 tensor the communicator reduces natively where it lies
+// (NCCL on device memory) goes as it is: no copy, half the bytes of float32 on the wire, and
+// one rounding per step of the collective's algorithm (one in all for two ranks, as the float32
+// path). Otherwise a float32 copy is reduced and rounded back into the tensor once.
+DType sum_wire(const Communicator& comm, const Tensor& t) {
+  if (t.dtype() != DType::BF16) return t.dtype();
+  return !needs_staging(comm, t) && comm.reduces_bf16(t.raw()) ? DType::BF16 : DType::F32;
+}
+
 // A communication on tensors in flight: holds the tensors until the transfer is done
 // (a device buffer freed earlier could be reused by compute while the transfer still
 // reads it), and, when staged, copies the host result into the device tensor.
@@ -94,9 +103,7 @@ CommHandle sendrecv_async(Communicator& comm, Backend& backend, const Tensor& se
 CommHandle all_reduce_sum_async(Communicator& comm, Backend& backend, Tensor& t) {
   if (comm.size() == 1) return completed_request();
   const size_t count = static_cast<size_t>(t.numel());
-  // A bfloat16 tensor is summed in float32: a float32 copy is reduced, and wait() rounds the sum
-  // back into t, once.
-  const DType wire = t.dtype() == DType::BF16 ? DType::F32 : t.dtype();
+  const DType wire = sum_wire(comm, t);
   return staged(
       comm, backend, t, t,
       [&](const void* s, void* r) { return comm.all_reduce_async(s, r, count, wire, ReduceOp::Sum); },
@@ -132,9 +139,7 @@ CommHandle reduce_scatter_sum_async(Communicator& comm, Backend& backend, const 
             "reduce_scatter: send " << send.describe() << " must hold " << comm.size() << " × recv "
                                     << recv.describe());
   const size_t count = static_cast<size_t>(recv.numel());
-  // As in all_reduce_sum_async: a bfloat16 send is reduced as a float32 copy, and wait() rounds
-  // this rank's sum into recv once.
-  const DType wire = send.dtype() == DType::BF16 ? DType::F32 : send.dtype();
+  const DType wire = sum_wire(comm, send);
   return staged(
       comm, backend, send, recv,
       [&](const void* s, void* r) { return comm.reduce_scatter_async(s, r, count, wire, ReduceOp::Sum); },

@@ -13,12 +13,14 @@ namespace ulysses {
 void all_to_all(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 // send to rank dest and recv from rank source at once (every rank of a ring passing a block on).
 void sendrecv(Communicator& comm, Backend& backend, const Tensor& send, int dest, Tensor& recv, int source);
-// In place: t = sum over ranks of t (a bfloat16 t is summed in float32 and rounded once).
+// In place: t = sum over ranks of t. A bfloat16 t is summed in float32 and rounded once, or, where
+// the communicator reduces bfloat16 natively (NCCL on device memory), as it is, with no copy and
+// one rounding per step of the collective (Communicator::reduces_bf16).
 void all_reduce_sum(Communicator& comm, Backend& backend, Tensor& t);
 // recv: size × send's elements, rank r's send at block r (see Communicator::all_gather).
 void all_gather(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 // send: size × recv's elements; recv = sum over ranks of their block rank() (Communicator::reduce_scatter;
-// a bfloat16 pair is summed in float32 and rounded once).
+// bfloat16 as all_reduce_sum).
 void reduce_scatter_sum(Communicator& comm, Backend& backend, const Tensor& send, Tensor& recv);
 
 // Asynchronous forms (Communicator::sendrecv_async): the returned request keeps the tensors

@@ -46,8 +46,8 @@ void run_timed_step(const PlanRequest& r, Backend& backend, LlamaModel& model, L
   const int world = r.sp;
   auto all_reduce = [&](const std::vector<Parameter*>& params) {
     for (Parameter* p : params) {
-      const double bytes = double(p->grad.numel()) * double(dtype_size(p->grad.dtype() == DType::BF16 ? DType::F32
-                                                                                                      : p->grad.dtype()));
+      // NCCL sums bfloat16 gradients as they are (Communicator::reduces_bf16).
+      const double bytes = double(p->grad.numel()) * double(dtype_size(p->grad.dtype()));
       r.work->add_collective("all-reduce", world, bytes);
     }
   };
