@@ -112,7 +112,8 @@ import json; j = json.load(open('two.json')); del j['host_staged']; json.dump(j,
 
   # The device case bench/device/time_model_shared_gpu.sh end to end on the cpu backend (no
   # timing asserted: 2 cpu ranks run side by side, they do not time-slice one device).
-  if OUT="$TMP" SHARED_GPU_BACKEND="--backend cpu" SHARED_GPU_SHAPE="--shape tiny --seq 256" \
+  if OUT="$TMP" SHARED_GPU_BACKEND="--backend cpu" SHARED_GPU_SHAPE="--shape tiny" SHARED_GPU_SEQ=256 \
+      SHARED_GPU_RATE_SEQS="128 256" \
       SHARED_GPU_MPIRUN="$MPIRUN" SHARED_GPU_MIN_BYTES=4096 SHARED_GPU_MAX_BYTES=65536 \
       timeout 120 bash "$ROOT/bench/device/time_model_shared_gpu.sh" "$(dirname "$ULYSSES")" > case.txt 2>&1 \
       && [ "$(grep -c -E '^PREDICT (ulysses_sp2|ring_sp2|hybrid_2x2) [0-9.e+-]+ [0-9.e+-]+ [0-9.e+-]+$' case.txt)" = 3 ]
