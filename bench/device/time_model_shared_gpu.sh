@@ -32,7 +32,9 @@ for S in $RATE_SEQS; do
     || { echo "time_model_shared_gpu: rates at $S failed:"; tail -3 "$W/shared_rates_$S.log"; exit 1; }
   echo "time_model_shared_gpu: one rank's rates at $S recorded"
 done
-timeout 120 $MPI -np 2 "$B/ulysses" comm-bench $BACKEND --comm mpi --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --rates-out "$R" \
+# fp32: a bf16 reduction goes over the wire as a float32 copy (parallel/collectives.cpp), which
+# the planner counts (its bytes are the communicator's), so its figure must be per wire byte.
+timeout 120 $MPI -np 2 "$B/ulysses" comm-bench $BACKEND --comm mpi --dtype fp32 --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --rates-out "$R" \
   > "$W/shared_comm.log" 2>&1 \
   || { echo "time_model_shared_gpu: comm-bench failed:"; tail -3 "$W/shared_comm.log"; exit 1; }
 grep '^rates:' "$W/shared_comm.log"

@@ -23,7 +23,7 @@ std::vector<OptionSpec> plan_time_specs() {
       {"ranks-share-gpu", false, false, "with --time: predict the step with all --sp ranks on ONE GPU over --comm mpi "
                                         "(how one GPU runs a mesh): compute --sp times one rank's, collectives "
                                         "through host memory at the table's host_staged bandwidths "
-                                        "(mpirun -np N comm-bench --comm mpi --rates-out on that GPU)"},
+                                        "(mpirun -np N comm-bench --comm mpi --dtype fp32 --rates-out on that GPU)"},
   };
 }
 

@@ -405,7 +405,7 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
                           " on one GPU; scaled by that / " + std::to_string(shared) + ")");
       if (h.ranks_per_gpu < 2)
         out.notes.push_back("the host_staged figures were measured on ranks with a GPU each, not sharing one: "
-                            "record them with mpirun -np N comm-bench --comm mpi --rates-out on one GPU");
+                            "record them with mpirun -np N comm-bench --comm mpi --dtype fp32 --rates-out on one GPU");
     }
     if (!staged_default.empty()) {
       std::string kinds;
@@ -413,7 +413,7 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
       out.notes.push_back("no host_staged bus bandwidth in the table for" + kinds + ": DEFAULT from pcie_gbps, every rank's staging copies through the "
                           "one GPU's link at " + std::to_string(int(pcie / 1e9)) +
                           " GB/s, the MPI copy in host memory not counted (record the figures with: mpirun -np " +
-                          std::to_string(shared) + " ulysses comm-bench --backend cuda --comm mpi --rates-out FILE)");
+                          std::to_string(shared) + " ulysses comm-bench --backend cuda --comm mpi --dtype fp32 --rates-out FILE)");
     }
   }
   for (const RatesMeasurement& m : rates.measurements)
