@@ -116,6 +116,81 @@ TEST(StepTime, ArithmeticOnASyntheticTable) {
   EXPECT_NEAR(family(s, "all-to-all").comm_s, 0.075 + 4e-5, 1e-12);
 }
 
+// Ranks sharing one GPU (plan --time --ranks-share-gpu): compute P x one rank's, "other" once,
+// collectives at the host-staged figures (scaled from the ranks per GPU they were measured with to
+// P) or, without one, every rank's staging copies through the GPU's link at pcie_gbps; the overlap
+// rules against the GPU's compute of all ranks; offloaded copies of every rank through the link.
+TEST(StepTime, RanksSharingOneGpu) {
+  RatesTable rates;
+  rates.measurements.push_back(measurement(1024, 1e12));
+  rates.pcie_gbps = 50;
+  rates.host_staged["all-to-all"] = HostStagedRate{10, 2, 2};
+  rates.host_staged["sendrecv"] = HostStagedRate{1, 2, 2};
+  WorkLedger w;
+  w.open("mlp", false);
+  w.add_gemm(3e12);  // 6 s a rank at 5e11 FLOP/s: 12 s for 2 ranks on the GPU
+  w.close();
+  w.open("attention", false);
+  w.add_attention(1e12);  // 1 s a rank: 2 s
+  w.close();
+  w.open("all-to-all", false);  // 0.5 · 2e9 / (10 GB/s · 2/2) + 2 · 20 µs = 0.10004 s, exposed
+  w.add_collective("all-to-all", 2, 1e9);
+  w.add_collective("all-to-all", 2, 1e9);
+  w.close();
+  w.open("ring exchange", false);  // 1 · 3e9 / 1 GB/s + 20 µs = 3.00002 s, beyond 2 s of attention: 1.00002
+  w.add_collective("sendrecv", 2, 3e9);
+  w.close();
+  w.open("grad all-reduce", false);  // no figure: 2 ranks · 2 · 1e9 B / 50 GB/s + 20 µs = 0.08002 s;
+  w.add_collective("all-reduce", 2, 1e9);  // overlapped: the last of 4 layers' share, 0.020005 s
+  w.close();
+  w.open("checkpoint store", false);
+  w.add_transfer(50e9 * 8);  // 8 s a rank at 50 GB/s, 16 s for 2, behind 14 s of compute: 2 s exposed
+  w.close();
+  TimeOptions shared;
+  shared.ranks_share_gpu = 2;
+  const StepTime t = predict_step_time(w, rates, 1024, 1024, /*layers=*/4, shared);
+  EXPECT_EQ(t.ranks_share_gpu, 2);
+  EXPECT_DOUBLE_EQ(family(t, "mlp").compute_s, 12.0);
+  EXPECT_DOUBLE_EQ(family(t, "attention").compute_s, 2.0);
+  EXPECT_NEAR(family(t, "all-to-all").comm_exposed_s, 0.10004, 1e-12);
+  EXPECT_NEAR(family(t, "ring exchange").comm_s, 3.00002, 1e-12);
+  EXPECT_NEAR(family(t, "ring exchange").comm_exposed_s, 1.00002, 1e-12);
+  EXPECT_NEAR(family(t, "grad all-reduce").comm_s, 0.08002, 1e-12);
+  EXPECT_NEAR(family(t, "grad all-reduce").comm_exposed_s, 0.020005, 1e-12);
+  EXPECT_DOUBLE_EQ(family(t, "other").compute_s, 0.25);  // host time: once
+  EXPECT_NEAR(t.transfer_s, 16.0, 1e-9);
+  EXPECT_NEAR(t.transfer_exposed_s, 2.0, 1e-9);
+  EXPECT_NEAR(t.step_s, 12.0 + 2.0 + 0.10004 + 1.00002 + 0.020005 + 0.25 + 2.0, 1e-9);
+  bool default_said = false;
+  for (const std::string& n : t.notes) default_said |= n.find("'all-reduce': DEFAULT from pcie_gbps") != std::string::npos;
+  EXPECT_TRUE(default_said);
+
+  // The same step on 2 GPUs: one rank's compute, the NVLink default (370 GB/s) for the all-to-all.
+  const StepTime sep = predict_step_time(w, rates, 1024, 1024, 4, TimeOptions{});
+  EXPECT_DOUBLE_EQ(family(sep, "mlp").compute_s, 6.0);
+  EXPECT_NEAR(family(sep, "all-to-all").comm_s, 0.5 * 2e9 / 370e9 + 4e-5, 1e-12);
+
+  // 4 ranks on the GPU with figures measured with 2 on it: the all-to-all at 10 · 2/4 = 5 GB/s.
+  shared.ranks_share_gpu = 4;
+  const StepTime four = predict_step_time(w, rates, 1024, 1024, 4, shared);
+  EXPECT_DOUBLE_EQ(family(four, "mlp").compute_s, 24.0);
+  EXPECT_NEAR(family(four, "all-to-all").comm_s, 0.5 * 2e9 / 5e9 + 4e-5, 1e-12);
+  // and the all-reduce's default: 4 ranks' copies, 4 · 2e9 / 50e9 + 20 µs
+  EXPECT_NEAR(family(four, "grad all-reduce").comm_s, 0.16002, 1e-12);
+
+  // A link bandwidth makes no sense for ranks on one GPU.
+  shared.link_gbps = 50;
+  EXPECT_ERROR(predict_step_time(w, rates, 1024, 1024, 4, shared), "no link_gbps");
+}
+
+TEST(StepTime, StagingCopiesPerKind) {
+  EXPECT_DOUBLE_EQ(staged_copy_bytes("all-to-all", 4, 4e9), 8e9);
+  EXPECT_DOUBLE_EQ(staged_copy_bytes("all-reduce", 4, 4e9), 8e9);
+  EXPECT_DOUBLE_EQ(staged_copy_bytes("sendrecv", 2, 4e9), 8e9);
+  EXPECT_DOUBLE_EQ(staged_copy_bytes("all-gather", 4, 4e9), 5e9);      // its block down, all up
+  EXPECT_DOUBLE_EQ(staged_copy_bytes("reduce-scatter", 4, 4e9), 5e9);  // all down, its block up
+}
+
 TEST(StepTime, AttentionRateInterpolatedOnLogSeqAndClamped) {
   RatesTable rates;
   rates.measurements.push_back(measurement(1024, 1e12));
@@ -150,7 +225,11 @@ TEST(RatesTable, RoundTripsThroughJson) {
   rates.device = "cuda:0";
   rates.measurements.push_back(measurement(1024, 1e12));
   rates.bus_gbps["all-to-all"] = 330;
+  rates.host_staged["all-to-all"] = HostStagedRate{7.5, 2, 2};
   const RatesTable back = parse_rates_table(rates.to_json().dump(), "r.json");
+  EXPECT_EQ(back.host_staged.at("all-to-all").bus_gbps, 7.5);
+  EXPECT_EQ(back.host_staged.at("all-to-all").ranks, 2);
+  EXPECT_EQ(back.host_staged.at("all-to-all").ranks_per_gpu, 2);
   ASSERT_EQ(back.measurements.size(), 1u);
   EXPECT_EQ(back.device, "cuda:0");
   EXPECT_EQ(back.bus_gbps.at("all-to-all"), 330);
@@ -189,6 +268,12 @@ TEST(RatesTable, MalformedTablesAreRefusedNamingFileAndField) {
   j = good;
   j["collectives"] = {{"all-to-all", {{"bus_gbps", "fast"}}}};
   refused(j, "'collectives.all-to-all.bus_gbps'");
+  j = good;
+  j["host_staged"] = {{"all-to-all", {{"bus_gbps", 5}, {"ranks", 2}}}};
+  refused(j, "'host_staged.all-to-all.ranks_per_gpu'");
+  j = good;
+  j["host_staged"] = {{"all-to-all", {{"bus_gbps", 5}, {"ranks", 2}, {"ranks_per_gpu", 3}}}};
+  refused(j, "'host_staged.all-to-all' must have ranks >= 2 and ranks_per_gpu <= ranks");
 }
 
 }  // namespace

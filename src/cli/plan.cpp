@@ -253,8 +253,9 @@ int run_plan(int argc, char** argv) {
   }
   // The planner's own token arrays live here, whatever the target.
   check_tokens_fit_host("plan: a sequence", req.seq_len, host_memory_available());
-  ULY_CHECK(args.has("time") || (!args.has("link-gbps") && !args.has("compare-meshes") && !args.has("time-json")),
-            "plan: --link-gbps, --compare-meshes and --time-json go with --time RATES.json");
+  ULY_CHECK(args.has("time") || (!args.has("link-gbps") && !args.has("compare-meshes") && !args.has("time-json") &&
+                                 !args.has("ranks-share-gpu")),
+            "plan: --link-gbps, --compare-meshes, --time-json and --ranks-share-gpu go with --time RATES.json");
   if (args.has("time")) {
     // keep-attention auto: on when the step with it fits, as bench and train decide (Engine::plan),
     // so that the schedule timed is the one they run.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -48,6 +49,30 @@ double bus_factor(const std::string& kind, int n) {
   return 1.0;  // sendrecv, broadcast: the bytes cross one link
 }
 
+double staged_copy_bytes(const std::string& kind, int n, double bytes) {
+  const double block = n > 0 ? bytes / double(n) : bytes;
+  // all-gather: its own block down, the gathered buffer up; reduce-scatter: the whole input
+  // down, its block up; the others (all-to-all, all-reduce in place, sendrecv) the buffer both ways.
+  if (kind == "all-gather" || kind == "reduce-scatter") return bytes + block;
+  return 2 * bytes;
+}
+
+double host_staged_seconds(const RatesTable& rates, const CollectiveWork& c, int ranks_on_gpu, bool& measured) {
+  const double latency = (rates.latency_us >= 0 ? rates.latency_us : kDefaultLatencyUs) * 1e-6;
+  const double p = std::max(1, ranks_on_gpu);
+  const auto it = rates.host_staged.find(c.kind);
+  measured = it != rates.host_staged.end();
+  if (measured) {
+    // The staging copies of every rank on the GPU share its link: measured with k ranks on it,
+    // the figure is k/p of itself with p ranks.
+    const double per_gpu = std::max(1, it->second.ranks_per_gpu);
+    const double gbps = it->second.bus_gbps * per_gpu / p;
+    return bus_factor(c.kind, c.group) * c.bytes / (gbps * 1e9) + double(c.calls) * latency;
+  }
+  const double pcie = (rates.pcie_gbps > 0 ? rates.pcie_gbps : kDefaultPcieGbps) * 1e9;
+  return p * staged_copy_bytes(c.kind, c.group, c.bytes) / pcie + double(c.calls) * latency;
+}
+
 // ---- the table as JSON ----
 
 nlohmann::json RatesTable::to_json() const {
@@ -64,6 +89,11 @@ nlohmann::json RatesTable::to_json() const {
   if (!bus_gbps.empty()) {
     j["collectives"] = nlohmann::json::object();
     for (const auto& [kind, g] : bus_gbps) j["collectives"][kind] = {{"bus_gbps", g}};
+  }
+  if (!host_staged.empty()) {
+    j["host_staged"] = nlohmann::json::object();
+    for (const auto& [kind, h] : host_staged)
+      j["host_staged"][kind] = {{"bus_gbps", h.bus_gbps}, {"ranks", h.ranks}, {"ranks_per_gpu", h.ranks_per_gpu}};
   }
   if (latency_us >= 0) j["latency_us"] = latency_us;
   if (pcie_gbps > 0) j["pcie_gbps"] = pcie_gbps;
@@ -157,6 +187,22 @@ RatesTable parse_rates_table(const std::string& text, const std::string& file) {
     for (const auto& [kind, e] : c.items())
       t.bus_gbps[kind] = rd.number(rd.at(e, "bus_gbps", "collectives." + kind + ".bus_gbps"),
                                    "collectives." + kind + ".bus_gbps", true);
+  }
+  if (j.contains("host_staged")) {
+    const nlohmann::json& c = j["host_staged"];
+    if (!c.is_object()) rd.fail("host_staged", "must be an object");
+    for (const auto& [kind, e] : c.items()) {
+      const std::string f = "host_staged." + kind;
+      HostStagedRate h;
+      h.bus_gbps = rd.number(rd.at(e, "bus_gbps", f + ".bus_gbps"), f + ".bus_gbps", true);
+      h.ranks = static_cast<int>(rd.number(rd.at(e, "ranks", f + ".ranks"), f + ".ranks", true));
+      h.ranks_per_gpu =
+          static_cast<int>(rd.number(rd.at(e, "ranks_per_gpu", f + ".ranks_per_gpu"), f + ".ranks_per_gpu", true));
+      if (h.ranks < 2 || h.ranks_per_gpu > h.ranks)
+        rd.fail(f, "must have ranks >= 2 and ranks_per_gpu <= ranks, got ranks " + std::to_string(h.ranks) +
+                       ", ranks_per_gpu " + std::to_string(h.ranks_per_gpu));
+      t.host_staged[kind] = h;
+    }
   }
   if (j.contains("latency_us")) t.latency_us = rd.number(j["latency_us"], "latency_us", false);
   if (j.contains("pcie_gbps")) t.pcie_gbps = rd.number(j["pcie_gbps"], "pcie_gbps", true);
@@ -255,6 +301,15 @@ bool overlapped_collectives(const std::string& family) {
 StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int64_t seq_len, int64_t local_tokens,
                            int64_t layers, const TimeOptions& options) {
   StepTime out;
+  const int shared = options.ranks_share_gpu > 1 ? options.ranks_share_gpu : 0;
+  ULY_CHECK(!(shared && options.link_gbps > 0),
+            "step time: ranks sharing one GPU exchange through host memory, not over a link: no link_gbps");
+  out.ranks_share_gpu = shared;
+  // Ranks sharing one GPU: it runs one rank's kernels at a time, so every family's compute
+  // (the same on each rank: the planned rank is the slowest) counts that many times.
+  const double gpu_ranks = shared ? double(shared) : 1.0;
+  std::set<std::string> staged_default;  // kinds priced by the default (no host_staged figure)
+  int staged_measured = 0;
   const double latency = (rates.latency_us >= 0 ? rates.latency_us : kDefaultLatencyUs) * 1e-6;
   const double pcie = (rates.pcie_gbps > 0 ? rates.pcie_gbps : kDefaultPcieGbps) * 1e9;
   double compute = 0, transfer_bytes = 0;
@@ -278,9 +333,16 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
     }
     t.work = t.unit == WorkUnit::Call ? t.calls : work_in(f, t.unit);
     t.rate = r;  // work per second (calls per second for unit "call")
-    if (r > 0) t.compute_s = t.work / r;
+    if (r > 0) t.compute_s = gpu_ranks * t.work / r;
     else if (t.unit != WorkUnit::Call) missing.push_back(f.family);
     for (const CollectiveWork& c : f.collectives) {
+      if (shared) {
+        bool measured = false;
+        t.comm_s += host_staged_seconds(rates, c, shared, measured);
+        if (measured) ++staged_measured;
+        else staged_default.insert(c.kind);
+        continue;
+      }
       const auto it = rates.bus_gbps.find(c.kind);
       const double gbps = options.link_gbps > 0 ? options.link_gbps
                           : it != rates.bus_gbps.end() ? it->second
@@ -306,6 +368,10 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
   // K/V block during the current block's attention; the gradient all-reduce / reduce-scatter and
   // ZeRO-3's weight gathers run during the next layer's compute, leaving the last layer's share
   // exposed (all of it with --no-comm-overlap); offloaded checkpoints move on a transfer stream.
+  // Ranks sharing a GPU over MPI keep these rules against the GPU's compute of all ranks: the
+  // staged all-to-alls are blocking (collectives.cpp staged_now); the asynchronous staged forms
+  // (ring exchange, gradient reductions) start the MPI transfer and it moves on while the host
+  // waits for the device (synchronize_polling and MPI_Wait progress it).
   double attention_s = 0;
   for (const FamilyTime& t : out.families)
     if (t.family == "attention") attention_s = t.compute_s;
@@ -318,7 +384,8 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
     else
       t.comm_exposed_s = t.comm_s;
   }
-  out.transfer_s = transfer_bytes / pcie;
+  // Every rank's offloaded copies cross the one GPU's link.
+  out.transfer_s = gpu_ranks * transfer_bytes / pcie;
   out.transfer_exposed_s = std::max(0.0, out.transfer_s - compute);
   for (const FamilyTime& t : out.families) out.step_s += t.seconds();
   out.step_s += out.transfer_exposed_s;
@@ -326,6 +393,28 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
     std::string s = "no measured rate for";
     for (const std::string& m : missing) s += " '" + m + "'";
     out.notes.push_back(s + ": counted as 0 s (record a table with these families)");
+  }
+  if (shared) {
+    out.notes.push_back(std::to_string(shared) + " ranks share one GPU: compute " + std::to_string(shared) +
+                        " x one rank's (one context at a time, no MPS); 'other' (host time) once, beside the "
+                        "other ranks' kernels");
+    if (staged_measured > 0) {
+      const HostStagedRate& h = rates.host_staged.begin()->second;
+      out.notes.push_back("collectives over MPI through host memory at the table's host_staged bus bandwidths "
+                          "(measured on " + std::to_string(h.ranks) + " ranks, " + std::to_string(h.ranks_per_gpu) +
+                          " on one GPU; scaled by that / " + std::to_string(shared) + ")");
+      if (h.ranks_per_gpu < 2)
+        out.notes.push_back("the host_staged figures were measured on ranks with a GPU each, not sharing one: "
+                            "record them with mpirun -np N comm-bench --comm mpi --dtype fp32 --rates-out on one GPU");
+    }
+    if (!staged_default.empty()) {
+      std::string kinds;
+      for (const std::string& k : staged_default) kinds += " '" + k + "'";
+      out.notes.push_back("no host_staged bus bandwidth in the table for" + kinds + ": DEFAULT from pcie_gbps, every rank's staging copies through the "
+                          "one GPU's link at " + std::to_string(int(pcie / 1e9)) +
+                          " GB/s, the MPI copy in host memory not counted (record the figures with: mpirun -np " +
+                          std::to_string(shared) + " ulysses comm-bench --backend cuda --comm mpi --dtype fp32 --rates-out FILE)");
+    }
   }
   for (const RatesMeasurement& m : rates.measurements)
     if (m.ranks > 1) {
@@ -355,7 +444,8 @@ std::string StepTime::table() const {
 }
 
 nlohmann::json StepTime::json() const {
-  nlohmann::json j = {{"step_s", step_s}, {"transfer_s", transfer_s}, {"transfer_exposed_s", transfer_exposed_s}};
+  nlohmann::json j = {{"step_s", step_s}, {"transfer_s", transfer_s}, {"transfer_exposed_s", transfer_exposed_s},
+                      {"ranks_share_gpu", ranks_share_gpu}};
   nlohmann::json f = nlohmann::json::object();
   for (const FamilyTime& t : families)
     f[t.family] = {{"unit", work_unit_name(t.unit)}, {"work", t.work},         {"rate", t.rate},

@@ -38,11 +38,21 @@ struct RatesMeasurement {
   std::map<std::string, Entry> families;  // "other" (no family: host time) as calls
 };
 
+// A collective's bus bandwidth over MPI through host memory (`comm-bench --comm mpi --rates-out`):
+// on the cuda backend it includes the staging copies device -> host -> device of every rank, so
+// it holds for as many ranks on one GPU as it was measured with (ranks_per_gpu).
+struct HostStagedRate {
+  double bus_gbps = 0;
+  int ranks = 0;         // the communicator's size comm-bench ran with
+  int ranks_per_gpu = 0; // of them, how many shared rank 0's GPU (on the cpu backend: its host)
+};
+
 struct RatesTable {
   static constexpr int kVersion = 1;
   std::string device;
   std::vector<RatesMeasurement> measurements;
-  std::map<std::string, double> bus_gbps;  // measured bus bandwidth by collective kind (GB/s)
+  std::map<std::string, double> bus_gbps;  // measured bus bandwidth by collective kind (GB/s), NCCL
+  std::map<std::string, HostStagedRate> host_staged;  // by kind: MPI through host memory (optional)
   double latency_us = -1;                  // per collective call; < 0: the default
   double pcie_gbps = -1;                   // host <-> device copies; < 0: the default
   nlohmann::json to_json() const;
@@ -63,6 +73,12 @@ constexpr double kDefaultBusGbps = 370, kDefaultPcieGbps = 55, kDefaultLatencyUs
 struct TimeOptions {
   double link_gbps = -1;  // > 0: every collective's bus bandwidth (the interconnect), over the table's
   bool overlap = true;    // the engine overlaps its gradient collectives (--no-comm-overlap: it does not)
+  // > 1: that many ranks share ONE GPU (plan --ranks-share-gpu; --comm mpi): the GPU runs one
+  // rank's kernels at a time, so each family's compute is this many times one rank's; the
+  // collectives are MPI through host memory at the table's host_staged bandwidths (else the
+  // staging copies at pcie_gbps); offloaded copies of every rank cross the one GPU's link.
+  // Incompatible with link_gbps.
+  int ranks_share_gpu = 0;
 };
 
 struct FamilyTime {
@@ -79,6 +95,7 @@ struct FamilyTime {
 
 struct StepTime {
   std::vector<FamilyTime> families;  // "other" last
+  int ranks_share_gpu = 0;           // TimeOptions::ranks_share_gpu the prediction was made for
   double transfer_s = 0, transfer_exposed_s = 0;
   double step_s = 0;
   std::vector<std::string> notes;
@@ -94,5 +111,16 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
 // Bus-bandwidth factor of one collective over n ranks, as nccl-tests defines it: time =
 // factor · bytes / bus bandwidth.
 double bus_factor(const std::string& kind, int n);
+
+// Bytes one rank copies device -> host and back to stage one collective of `bytes` (sized as
+// nccl-tests sizes it) over n ranks through host memory (parallel/collectives.cpp staged()).
+double staged_copy_bytes(const std::string& kind, int n, double bytes);
+
+// Seconds of one kind of collective over MPI through host memory when `ranks_on_gpu` ranks share
+// one GPU: factor · bytes / (measured bus bandwidth × measured ranks per GPU / ranks_on_gpu) + calls
+// · latency; without a measured figure, every rank's staging copies through the one GPU's link
+// (ranks_on_gpu · staged_copy_bytes / pcie) + calls · latency, the host-memory MPI copy left out.
+// `measured` says which (for the row's note).
+double host_staged_seconds(const RatesTable& rates, const CollectiveWork& c, int ranks_on_gpu, bool& measured);
 
 }  // namespace ulysses

@@ -182,14 +182,14 @@ if python3 - comm.log <<'PY'
 import json, sys
 rows = [json.loads(l.split("COMM_JSON ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("COMM_JSON ")]
 ops = {r["op"] for r in rows}
-assert ops == {"all_to_all", "all_gather", "reduce_scatter", "all_reduce"}, ops
-assert len(rows) == 4 * 3, len(rows)  # 4 KiB, 16 KiB, 64 KiB
+assert ops == {"all_to_all", "all_gather", "reduce_scatter", "all_reduce", "sendrecv"}, ops
+assert len(rows) == 5 * 3, len(rows)  # 4 KiB, 16 KiB, 64 KiB
 for r in rows:
     assert r["ranks"] == 2 and r["time_us"] > 0 and r["algbw_gbs"] > 0, r
-    factor = 2 * (2 - 1) / 2 if r["op"] == "all_reduce" else (2 - 1) / 2
+    factor = {"all_reduce": 2 * (2 - 1) / 2, "sendrecv": 1}.get(r["op"], (2 - 1) / 2)
     assert abs(r["busbw_gbs"] - r["algbw_gbs"] * factor) <= 1e-4 * r["algbw_gbs"], r
 PY
-then pass "comm-bench: 4 ops x 3 sizes, bus bandwidth = algbw x nccl-tests' factor"; else fail "comm-bench output"; fi
+then pass "comm-bench: 5 ops x 3 sizes, bus bandwidth = algbw x nccl-tests' factor"; else fail "comm-bench output"; fi
 
 expect_error "comm-bench: unknown op" "unknown --ops entry 'allreduce'.*all_reduce" "$ULYSSES" comm-bench --ops allreduce
 expect_error "comm-bench: min above max" "--min-bytes 4096 is above --max-bytes 1024" \

@@ -86,10 +86,10 @@ ranks cb 2 -- "$ULYSSES" comm-bench --min-bytes 4096 --max-bytes 65536 --iters 3
 if [ "$RCS" = "0 0" ] && python3 - cb.0.log <<'PY'
 import json, sys
 rows = [json.loads(l.split("COMM_JSON ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("COMM_JSON ")]
-assert {r["op"] for r in rows} == {"all_to_all", "all_gather", "reduce_scatter", "all_reduce"}, rows
-assert len(rows) == 12 and all(r["ranks"] == 2 and r["algbw_gbs"] > 0 for r in rows), rows
+assert {r["op"] for r in rows} == {"all_to_all", "all_gather", "reduce_scatter", "all_reduce", "sendrecv"}, rows
+assert len(rows) == 15 and all(r["ranks"] == 2 and r["algbw_gbs"] > 0 for r in rows), rows
 PY
-then pass "comm-bench on 2 TCP ranks: 4 ops x 3 sizes"; else fail "comm-bench on 2 TCP ranks (exit $RCS)"; tail -n 3 cb.0.log; fi
+then pass "comm-bench on 2 TCP ranks: 5 ops x 3 sizes"; else fail "comm-bench on 2 TCP ranks (exit $RCS)"; tail -n 3 cb.0.log; fi
 
 # A rank killed mid-run: the other fails its next call naming it and exits non-zero at once.
 start=$SECONDS
