@@ -314,12 +314,9 @@ void launch(const Params& p, cudaStream_t stream) {
   constexpr int BC = 128, NS = 2;
   using T = Tile<D, BC, NS>;
   auto kernel = hopper_attention_forward_kernel<D, BC, NS>;
-  static const bool configured = [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(T::smem_bytes)));
-    return true;
-  }();
-  (void)configured;
+  // Every launch, as attention_forward does: the attribute belongs to the current device.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(T::smem_bytes)));
   const dim3 grid(static_cast<unsigned>((p.S + kBR - 1) / kBR), static_cast<unsigned>(p.H));
   kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
