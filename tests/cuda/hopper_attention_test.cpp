@@ -2,7 +2,8 @@
 // the same bf16-rounded inputs) and beside our FA2 kernel (attention_forward), over sweeps of
 // sequence lengths (tile edges: 1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
 // 32/8, 8/8), single and packed documents (boundaries inside a 128-row tile, one-token documents).
-// Outputs are poisoned before every run, so an element the kernel never writes fails as NaN.
+// Outputs are poisoned before every run, so an element the kernel never writes fails as NaN. And the
+// engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface, forward and backward.
 // Fails without a GPU (CudaTest); skips on a GPU that is not sm_90 (the kernel is sm_90a only).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -12,13 +13,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_fp32.h"
 #include "backend/cuda/hopper_attention.h"
+#include "backend/documents.h"
 #include "core/error.h"
 #include "cuda/cuda_test_util.h"
 #include "test_util.h"
@@ -156,6 +162,61 @@ TEST_F(HopperAttention, D128Small) { run_case({129, 2, 1, 128, {5, 1, 60}}, stre
 TEST_F(HopperAttention, D128SharpSoftmax) { run_case({1000, 4, 2, 128, {450, 3}, 4.0}, stream); }
 TEST_F(HopperAttention, D128ManySmallDocuments) {
   run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, stream);
+}
+
+// The engine's opt-in: with ULYSSES_ATTENTION=hopper the backend's forward runs the Hopper kernel,
+// and its backward (as auto: cuDNN where it runs) reads that forward's out and lse; both against the
+// CPU backend on the same bf16-rounded inputs, two packed documents.
+TEST_F(HopperAttention, BackendOptInForwardAndBackward) {
+  using ulysses::Tensor;
+  using ulysses::DType;
+  const char* old = std::getenv("ULYSSES_ATTENTION");
+  const std::string saved = old ? old : "";
+  setenv("ULYSSES_ATTENTION", "hopper", 1);
+  std::unique_ptr<ulysses::Backend> gpu = ulysses::make_cuda_backend(0);
+  if (old) setenv("ULYSSES_ATTENTION", saved.c_str(), 1);
+  else unsetenv("ULYSSES_ATTENTION");
+  std::unique_ptr<ulysses::Backend> cpu = ulysses::make_cpu_backend();
+  const int64_t S = 700, H = 8, Hkv = 2, d = 128, split = 290;
+  const double scale = 1.0 / std::sqrt(double(d));
+  auto host = [&](const ulysses::Shape& shape, uint64_t seed) {  // bf16-rounded random values, float32 on the host
+    Tensor t = Tensor::empty(shape, DType::F32);
+    const auto v = ulysses::cuda_test::rounded<bf16>(
+        ulysses::test::random_vector_f(static_cast<size_t>(t.numel()), seed, -1.0, 1.0));
+    std::memcpy(t.raw(), v.data(), t.nbytes());
+    return t;
+  };
+  auto dev = [&](const Tensor& h) {
+    Tensor t = gpu->empty(h.shape(), DType::BF16);
+    gpu->copy(t, h);
+    return t;
+  };
+  auto to_host = [&](const Tensor& x) {
+    Tensor t = Tensor::empty(x.shape(), DType::F32);
+    gpu->copy(t, x);
+    return t;
+  };
+  std::vector<int32_t> ds(S);
+  for (int64_t i = 0; i < S; ++i) ds[i] = i < split ? 0 : static_cast<int32_t>(split);
+  const Tensor q = host({S, H, d}, 70), k = host({S, Hkv, d}, 71), v = host({S, Hkv, d}, 72),
+               dout = host({S, H, d}, 73);
+  Tensor gq = dev(q), gk = dev(k), gv = dev(v);
+  Tensor out = gpu->empty({S, H, d}, DType::BF16), lse = gpu->empty({H, S}, DType::F32);
+  const ulysses::Documents gdocs = ulysses::make_documents(*gpu, ds), cdocs = ulysses::make_documents(*cpu, ds);
+  gpu->attention_forward(out, lse, gq, gk, gv, gdocs, scale);
+  Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
+  cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
+  EXPECT_LE(ulysses::test::rel_error(to_host(out), rout), 2e-2) << "out";
+  EXPECT_LE(ulysses::test::rel_error(to_host(lse), rlse), 1e-3) << "lse";
+  Tensor dq = gpu->empty({S, H, d}, DType::BF16), dk = gpu->empty({S, Hkv, d}, DType::BF16),
+         dv = gpu->empty({S, Hkv, d}, DType::BF16);
+  gpu->attention_backward(dq, dk, dv, dev(dout), out, lse, gq, gk, gv, gdocs, scale);
+  Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
+         rv = Tensor::empty({S, Hkv, d}, DType::F32);
+  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, cdocs, scale);
+  EXPECT_LE(ulysses::test::rel_error(to_host(dq), rq), 5e-2) << "dq";
+  EXPECT_LE(ulysses::test::rel_error(to_host(dk), rk), 5e-2) << "dk";
+  EXPECT_LE(ulysses::test::rel_error(to_host(dv), rv), 5e-2) << "dv";
 }
 
 TEST_F(HopperAttention, RefusesUnsupported) {
