@@ -1,14 +1,19 @@
 // Timing of the CUDA attention kernels (not a test): causal attention at
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
-// attention (the engine's default for bf16) and our own kernels, one after the other.
-//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--impl cudnn|own|both] [S ...]
-//   default S: 8192 32768 131072; --ragged: cuDNN runs equal documents in the ragged form
-//   (the general one) instead of as a dense batch.
-// FLOPs counted as useful causal work: forward 2 S^2 H d, forward+backward
-// 7 S^2 H d (backward 2.5x forward). With --doc-len N the sequence is packed
-// with documents of N tokens and the same formulas use sum(len^2) for S^2.
-// Prints a table and one JSON line per size.
+// attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
+// forward (hopper_attention.h, sm_90a wgmma; forward only), one after the other.
+//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N]
+//                   [--impl cudnn|own|hopper|both|all] [S ...]
+//   both: cudnn and own; all: cudnn, own and hopper. default S: 8192 32768 131072; --ragged: cuDNN
+//   runs equal documents in the ragged form (the general one) instead of as a dense batch.
+// FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
+// square, halved by the causal mask), backward 5 S^2 H d (2.5x forward), forward+backward 7 S^2 H d.
+// With --doc-len N the sequence is packed with documents of N tokens and the same formulas use
+// sum(len^2) for S^2. Forward, backward (alone, on the forward's outputs) and forward+backward are
+// timed separately. hopper: forward only (its backward is attention_backward's, timed under own),
+// and its out / lse compared with own's forward on the same inputs (max |difference|), a check at
+// sizes the unit tests do not reach. Prints a table and one JSON line per size.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -25,10 +30,32 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cudnn_attention.h"
+#include "backend/cuda/hopper_attention.h"
 #include "core/error.h"
 #include "bench_util.cuh"
 
 namespace {
+
+// *out = max over i of |a[i] - b[i]| (bf16 or float; NaN counts as infinity); *out 0 on entry.
+template <class T>
+__global__ void max_abs_diff(const T* a, const T* b, int64_t n, float* out) {
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float d = fabsf(float(a[i]) - float(b[i]));
+    m = fmaxf(m, d == d ? d : INFINITY);
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
+}
+
+template <class T>
+float max_diff(const T* a, const T* b, int64_t n, float* scratch) {
+  CUDA_CHECK(cudaMemset(scratch, 0, sizeof(float)));
+  max_abs_diff<<<1024, 256>>>(a, b, n, scratch);
+  CUDA_CHECK_LAUNCH("max_abs_diff");
+  float h = 0;
+  CUDA_CHECK(cudaMemcpy(&h, scratch, sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
 
 template <class T>
 struct Buf {
@@ -81,7 +108,14 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  const bool cudnn = impl == "cudnn";
+  const bool cudnn = impl == "cudnn", hopper = impl == "hopper";
+  if (hopper) {
+    std::string why;
+    if (!ulysses::cuda::hopper_attention_supported(d, H, Hkv, &why)) {
+      std::printf("%9lld hopper: not supported: %s\n", (long long)S, why.c_str());
+      return;
+    }
+  }
   std::unique_ptr<ulysses::cuda::CudnnAttention> attn;
   ulysses::cuda::AttentionProblem p;
   p.S = S, p.H = H, p.Hkv = Hkv, p.d = d, p.documents = documents, p.longest = longest, p.scale = scale;
@@ -101,6 +135,8 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   Buf<unsigned char> cws(cudnn_ws);
   auto fwd = [&] {
     if (cudnn) attn->forward(out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
+    else if (hopper)
+      ulysses::cuda::hopper_attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
     else ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
   };
   auto bwd = [&] {
@@ -110,28 +146,51 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
                                         scale, ws.p, ws_bytes, stream);
   };
   fwd();  // warm-up (also gives bwd valid out/lse)
-  bwd();
+  if (!hopper) bwd();
   CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::string check;
+  if (hopper) {  // the same forward by our FA2 kernel, element by element
+    Buf<__nv_bfloat16> out2(nq);
+    Buf<float> lse2{size_t(H * S)}, scratch(1);
+    ulysses::cuda::attention_forward(out2.p, lse2.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    char line[160];
+    std::snprintf(line, sizeof line, ", vs own: out max|diff| %.3g, lse max|diff| %.3g",
+                  max_diff(out.p, out2.p, int64_t(nq), scratch.p), max_diff(lse.p, lse2.p, H * S, scratch.p));
+    check = line;
+  }
   const int reps = set.reps > 0 ? set.reps : S >= 131072 ? 3 : 7;
+  const double nan = std::nan("");
   const double f_ms = bench_util::median_ms(stream, reps, 1, fwd);
-  const double fb_ms = bench_util::median_ms(stream, reps, 1, [&] {
+  const double b_ms = hopper ? nan : bench_util::median_ms(stream, reps, 1, bwd);
+  const double fb_ms = hopper ? nan : bench_util::median_ms(stream, reps, 1, [&] {
     fwd();
     bwd();
   });
-  const double f_flops = 2.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
-  const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
-  std::string form = cudnn ? attn->form(p, true) : "own kernels";
+  const double f_flops = 2.0 * pairs * H * d, b_flops = 5.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
+  const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, b_tf = b_flops / (b_ms * 1e-3) / 1e12,
+               fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
+  std::string form = cudnn ? attn->form(p, true) : hopper ? "hopper wgmma forward" + check : "own kernels";
   if (cudnn && set.autotune)
     form += ", plans fwd " + std::to_string(attn->chosen_plan(p, false)) + "/" +
             std::to_string(attn->candidate_plans(p, false)) + " bwd " + std::to_string(attn->chosen_plan(p, true)) +
             "/" + std::to_string(attn->candidate_plans(p, true));
-  std::printf("%-6s %9lld %9lld %12.3f %10.1f %12.3f %10.1f  %s\n", impl.c_str(), (long long)S,
-              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, form.c_str());
+  std::printf("%-6s %9lld %9lld %10.3f %10.1f %10.3f %10.1f %12.3f %10.1f  %s\n", impl.c_str(), (long long)S,
+              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, b_ms, b_tf, fb_ms, fb_tf, form.c_str());
+  // JSON has no NaN: a time not measured is null.
+  auto js = [](double x, const char* fmt) {
+    char b[32];
+    if (std::isnan(x)) return std::string("null");
+    std::snprintf(b, sizeof b, fmt, x);
+    return std::string(b);
+  };
   std::printf("{\"bench\":\"attention\",\"impl\":\"%s\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,"
-              "\"doc_len\":%lld,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwd_bwd_ms\":%.4f,\"fwd_bwd_tflops\":%.2f,"
-              "\"reps\":%d,\"form\":\"%s\"}\n",
+              "\"doc_len\":%lld,\"fwd_ms\":%s,\"fwd_tflops\":%s,\"bwd_ms\":%s,\"bwd_tflops\":%s,"
+              "\"fwd_bwd_ms\":%s,\"fwd_bwd_tflops\":%s,\"reps\":%d,\"form\":\"%s\"}\n",
               impl.c_str(), (long long)S, (long long)H, (long long)Hkv, (long long)d,
-              (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, fb_ms, fb_tf, reps, form.c_str());
+              (long long)(doc_len > 0 ? doc_len : S), js(f_ms, "%.4f").c_str(), js(f_tf, "%.2f").c_str(),
+              js(b_ms, "%.4f").c_str(), js(b_tf, "%.2f").c_str(), js(fb_ms, "%.4f").c_str(),
+              js(fb_tf, "%.2f").c_str(), reps, form.c_str());
   std::fflush(stdout);
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
@@ -152,21 +211,21 @@ int main(int argc, char** argv) {
       else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
       else sizes.push_back(std::atoll(argv[i]));
     }
-    if (impl != "cudnn" && impl != "own" && impl != "both") {
-      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own or both\n");
+    if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "both" && impl != "all") {
+      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, both (cudnn, own) or all\n");
       return 2;
     }
     if (sizes.empty()) sizes = {8192, 32768, 131072};
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=%lld, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
-                "7*sum(len^2)*H*d (fwd+bwd)\n",
+                "5*sum(len^2)*H*d (bwd), 7*sum(len^2)*H*d (fwd+bwd)\n",
                 prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str(), (long long)set.d);
-    std::printf("%-6s %9s %9s %12s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS", "fwdbwd_ms",
-                "fb_TFLOPS");
+    std::printf("%-6s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
+                "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)
-      for (const char* i : {"cudnn", "own"})
-        if (impl == "both" || impl == i) bench(S, set, i);
+      for (const char* i : {"cudnn", "own", "hopper"})
+        if (impl == i || impl == "all" || (impl == "both" && std::strcmp(i, "hopper") != 0)) bench(S, set, i);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -75,11 +75,14 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
     scalar_ = empty({1}, DType::F64);
     if (const char* a = std::getenv("ULYSSES_ATTENTION")) {
       const std::string v = a;
-      ULY_CHECK(v == "auto" || v == "cudnn" || v == "own",
+      ULY_CHECK(v == "auto" || v == "cudnn" || v == "own" || v == "hopper",
                 "ULYSSES_ATTENTION=" << v << " is not one of auto (cuDNN where it runs, our kernels elsewhere), "
-                                     << "cudnn (cuDNN or an error) and own (our kernels)");
-      attention_kernels_ = v == "cudnn" ? AttentionKernels::Cudnn : v == "own" ? AttentionKernels::Own
-                                                                              : AttentionKernels::Auto;
+                                     << "cudnn (cuDNN or an error), own (our kernels) and hopper (the forward on "
+                                     << "our sm_90a wgmma kernel where it runs, otherwise as auto)");
+      attention_kernels_ = v == "cudnn"    ? AttentionKernels::Cudnn
+                           : v == "own"    ? AttentionKernels::Own
+                           : v == "hopper" ? AttentionKernels::Hopper
+                                           : AttentionKernels::Auto;
     }
   } catch (...) {
     gemm_.reset();

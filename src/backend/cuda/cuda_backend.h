@@ -78,7 +78,8 @@ class CudaBackend : public Backend {
   void rope_forward_impl(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& inv_freq) override;
   void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
   // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
-  // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it); f32: ours.
+  // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it; =hopper runs the
+  // forward on our sm_90a wgmma kernel where it takes the problem, everything else as auto); f32: ours.
   void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Documents& docs, double scale) override;
   void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
@@ -131,6 +132,8 @@ class CudaBackend : public Backend {
   Tensor attention_workspace(size_t bytes);
   // Whether cuDNN runs this bf16 attention call (logs the choice once per reason).
   bool use_cudnn(const AttentionShape& shape, bool backward);
+  // ULYSSES_ATTENTION=hopper and the Hopper forward (hopper_attention.h) takes this bf16 problem.
+  bool use_hopper_forward(const AttentionShape& shape);
   AttentionProblem cudnn_problem(const AttentionShape& shape, double scale) const;
 
   int device_index_;
@@ -145,7 +148,7 @@ class CudaBackend : public Backend {
   uint64_t next_transfer_ = 1;
   std::unique_ptr<CublasLtGemm> gemm_;
   Tensor scalar_;     // one float64 on the device, for reductions
-  enum class AttentionKernels { Auto, Cudnn, Own } attention_kernels_ = AttentionKernels::Auto;
+  enum class AttentionKernels { Auto, Cudnn, Own, Hopper } attention_kernels_ = AttentionKernels::Auto;
   std::unique_ptr<CudnnAttention> cudnn_;  // made on the first bf16 attention call
   std::set<std::string> attention_choices_logged_;
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/embedding.h"
 #include "backend/cuda/gated_activation.h"
 #include "backend/cuda/heads.h"
+#include "backend/cuda/hopper_attention.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
 #include "core/log.h"
@@ -194,8 +195,22 @@ bool CudaBackend::use_cudnn(const AttentionShape& shape, bool backward) {
   return ok;
 }
 
+bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
+  if (act_dtype_ != DType::BF16 || attention_kernels_ != AttentionKernels::Hopper || shape.S == 0) return false;
+  std::string why;
+  // Sliding windows stay on the kernels that have been tested with them.
+  const bool ok = shape.window == 0
+                      ? hopper_attention_supported(shape.d, shape.H, shape.Hkv, &why)
+                      : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
+  const std::string choice = ok ? std::string("our Hopper (sm_90a wgmma) kernel")
+                                : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
+  if (attention_choices_logged_.insert("hopper: " + choice).second) ULY_INFO("attention forward: " << choice);
+  return ok;
+}
+
 size_t CudaBackend::attention_workspace_bytes(const AttentionShape& s, bool backward) {
   if (act_dtype_ == DType::F32) return backward ? attention_backward_f32_workspace_bytes(s.S, s.H, s.Hkv, s.d) : 0;
+  if (!backward && use_hopper_forward(s)) return 0;
   if (use_cudnn(s, backward)) return cudnn_->workspace_bytes(cudnn_problem(s, 1.0), backward);
   return backward ? attention_backward_workspace_bytes(s.S, s.H, s.Hkv, padded_head_dim(s.d)) : 0;
 }
@@ -212,6 +227,12 @@ void CudaBackend::attention_forward_impl(Tensor& out, Tensor& lse, const Tensor&
     return;
   }
   need_aligned16(out, op, "out");
+  if (use_hopper_forward(shape)) {
+    hopper_attention_forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
+                             ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
+                             ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale, stream_);
+    return;
+  }
   if (use_cudnn(shape, false)) {
     const Tensor workspace = attention_workspace(cudnn_->workspace_bytes(cudnn_problem(shape, scale), false));
     cudnn_->forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),

@@ -1,0 +1,27 @@
+// Causal attention forward for Hopper (sm_90a), FlashAttention-3 style: a CTA of three warpgroups,
+// one producer streaming K/V tiles into a shared-memory ring guarded by mbarriers and two consumers
+// of 64 query rows each running Q K^T and P V on wgmma. Same semantics and output format as
+// ulysses::cuda::attention_forward (attention.h): query i sees keys j with doc_start[i] <= j <= i,
+// GQA with H % Hkv == 0, out [S, H, d] bf16, lse [H, S] float natural-log. Only the full form
+// (no block offsets, no window beyond what doc_start says) and d = 64 or 128; callers check
+// hopper_attention_supported and fall back to attention_forward elsewhere. The backward stays
+// attention_backward (or cuDNN's), which reads this kernel's out and lse. See docs/attention.md.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ulysses::cuda {
+
+// Whether hopper_attention_forward runs this problem on the current device: an sm_90 GPU,
+// d = 64 or 128, H % Hkv == 0. `why` (if given) gets the reason when not.
+bool hopper_attention_supported(int64_t d, int64_t H, int64_t Hkv, std::string* why = nullptr);
+
+// Arguments as attention_forward (attention.h). Throws an Error on an unsupported problem.
+void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv,
+                              int64_t d, double scale, cudaStream_t stream);
+
+}  // namespace ulysses::cuda
