@@ -15,13 +15,13 @@ timeout 60 "$T" --gtest_color=no --gtest_filter='HopperAttention.D128Small:Hoppe
 r=$?; echo "hopper_attn: small cases rc=$r"; [ $r -eq 0 ] || rc=1
 
 echo "== hopper_attn: all Hopper tests"
-timeout 150 "$T" --gtest_color=no --gtest_filter='HopperAttention.*'
+timeout 120 "$T" --gtest_color=no --gtest_filter='HopperAttention.*'
 r=$?; echo "hopper_attn: tests rc=$r"; [ $r -eq 0 ] || rc=1
 
 echo "== hopper_attn: compute-sanitizer memcheck, one small case"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$CS" ]; then
-  timeout 120 "$CS" --tool memcheck --error-exitcode 9 "$T" --gtest_color=no --gtest_filter='HopperAttention.D128Small'
+  timeout 90 "$CS" --tool memcheck --error-exitcode 9 "$T" --gtest_color=no --gtest_filter='HopperAttention.D128Small'
   r=$?; echo "hopper_attn: memcheck rc=$r"; [ $r -eq 0 ] || rc=1
 else
   echo "hopper_attn: compute-sanitizer not found, memcheck skipped"
@@ -30,7 +30,7 @@ fi
 echo "== hopper_attn: attention_bench, d 128, H 32 / Hkv 8 (forward TFLOPS = 2*S^2*H*d / time)"
 for S in 4096 32768 131072; do
   for impl in cudnn hopper; do
-    timeout 90 "$B/attention_bench" --impl $impl --reps 5 $S 2>&1
+    timeout 45 "$B/attention_bench" --impl $impl --reps 5 $S 2>&1
     echo "hopper_attn: bench $impl S=$S rc=$?"
   done
 done

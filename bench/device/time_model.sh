@@ -19,7 +19,9 @@ done
 predict() {  # name, plan flags
   local name=$1; shift
   local line
-  line=$(timeout 120 "$B/ulysses" plan $SHAPE "$@" --time "$R" 2>&1 | grep '^TIME_JSON ' | head -1)
+  # --memory-limit auto: --keep-attention auto decides on this GPU's memory as bench does (the
+  # default H200 budget kept the attention at 128K on an H100, where bench recomputes it).
+  line=$(timeout 120 "$B/ulysses" plan $SHAPE "$@" --memory-limit auto --time "$R" 2>&1 | grep '^TIME_JSON ' | head -1)
   [ -n "$line" ] || { echo "time_model: no prediction for $name"; return 1; }
   echo "PREDICT $name $(python3 -c 'import json,sys; print(json.loads(sys.argv[1][10:])["step_s"])' "$line")"
   echo "$line"
