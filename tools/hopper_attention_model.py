@@ -8,6 +8,11 @@ the PTX ISA's canonical 128-byte-swizzle layouts (K-major for Q and K; MN-major,
 for V) and compares with a float64 reference. A second part interleaves the producer and the 8
 consumer warps at random over the full/empty mbarrier protocol (parity waits) and checks that no
 stage is read before its block or overwritten while in use, and that nothing deadlocks.
+Both kernel variants: the numeric part runs variant 2's order too (O += P_{t-1} V_{t-1}, then the
+rescale by block t's alpha; its visible block range against the per-block test), and a third part
+steps variant 2's consumers turn by turn over the mbarriers and the two scheduling (named) barriers:
+no stale read, no early overwrite, no deadlock, no arrival left over, GEMMs issued in ping-pong order
+(and the deadlock 2 stages would have, which is why variant 2 has 3).
 What it cannot check: the hardware's reading of the descriptors, the proxy fences, timing.
   python3 tools/hopper_attention_model.py [seed]     (a few seconds)
 """
@@ -92,14 +97,14 @@ def rega_to_A(pa):  # pa[warp][lane][4][2] (lo, hi) -> A [64, 16]
                 A[row, col], A[row, col + 1] = pa[w, lane, r, 0], pa[w, lane, r, 1]
     return A
 
-def kernel(q, k, v, doc, S, H, Hkv, D, scale):
+def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
     out = np.full((S, H, D), np.nan, np.float32)
     lse = np.full((H, S), np.nan, np.float32)
     group = H // Hkv
     scale_log2 = np.float32(scale * 1.4426950408889634)
     halves = D // 64
     q_wg_bytes = 64 * D * 2; q_bytes = 2 * q_wg_bytes; kv_bytes = BC * D * 2; stage_bytes = 2 * kv_bytes
-    NS = 2
+    NS = 2 if variant == 1 else 3
     nblk = (S + BR - 1) // BR
     for bx in range(nblk):
         qb = nblk - 1 - bx
@@ -123,7 +128,15 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale):
             for c in range(2):
                 r0 = q0 + 64 * c
                 st = dict(o=[np.zeros((4, 32, 32), np.float32) for _ in range(halves)],
-                          m=np.full((4, 32, 2), -np.inf, np.float32), l=np.zeros((4, 32, 2), np.float32))
+                          m=np.full((4, 32, 2), -np.inf, np.float32), l=np.zeros((4, 32, 2), np.float32),
+                          pa=None, sv_prev=None)
+                # variant 2: the visible range a .. a + n_vis - 1, as the kernel computes it
+                wlo_min = min(red_lo[2 * c], red_lo[2 * c + 1]); wrow_max = min(r0 + 63, S - 1)
+                a, n_vis = n_blocks, 0
+                if r0 < S:
+                    first = max(kb_lo, wlo_min // BC); last = min(kb_lo + n_blocks - 1, wrow_max // BC)
+                    a, n_vis = first - kb_lo, max(last - first + 1, 0)
+                st['range'] = (a, n_vis)
                 state.append(st)
             for it in range(n_blocks):
                 s = it % NS
@@ -138,7 +151,11 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale):
                     wlo_min = min(red_lo[2 * c], red_lo[2 * c + 1]); wlo_max = max(red_hi[2 * c], red_hi[2 * c + 1])
                     wrow_max = min(r0 + 63, S - 1)
                     ks, ke = k0, k0 + BC - 1
-                    if not (active and ke >= wlo_min and ks <= wrow_max):
+                    sees = active and ke >= wlo_min and ks <= wrow_max
+                    if variant == 2:
+                        a, n_vis = st['range']
+                        assert sees == (a <= it < a + n_vis), "visible range differs from sees()"
+                    if not sees:
                         continue
                     sq = c * q_wg_bytes
                     Sacc = np.zeros((64, BC), np.float32)
@@ -149,6 +166,7 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale):
                     sc = acc_to_regs(Sacc, BC)
                     full = ks >= wlo_max and ke <= r0 and ke < S
                     pa = np.zeros((4, 32, BC // 16, 4, 2), np.float32)
+                    alphas = np.ones((4, 32, 2), np.float32)
                     for w in range(4):
                         mx_q = np.full((32, 2), -np.inf, np.float32)
                         for lane in range(32):
@@ -182,6 +200,9 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale):
                                         sc[w, lane, 4 * n + 2 * hf + j] = val
                                         rs += val
                                 st['l'][w, lane, hf] = st['l'][w, lane, hf] * alpha + rs
+                                if variant == 2 and st['pa'] is not None:  # P_{t-1} V_{t-1} lands first
+                                    alphas[w, lane, hf] = alpha
+                                    continue
                                 for hh in range(halves):
                                     for n in range(8):
                                         st['o'][hh][w, lane, 4 * n + 2 * hf] *= alpha
@@ -192,12 +213,20 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale):
                                 pa[w, lane, kk, 1] = bf16([x[8 * kk + 2], x[8 * kk + 3]])
                                 pa[w, lane, kk, 2] = bf16([x[8 * kk + 4], x[8 * kk + 5]])
                                 pa[w, lane, kk, 3] = bf16([x[8 * kk + 6], x[8 * kk + 7]])
-                    for kk in range(BC // 16):
-                        A = rega_to_A(pa[:, :, kk])
-                        for hh in range(halves):
-                            Bv = read_mnmajor(smem, sv + hh * (BC * 128) + kk * (16 * 128), 1024, 64)
-                            Om = regs_to_acc(st['o'][hh], 64) + A @ Bv
-                            st['o'][hh] = acc_to_regs(Om, 64)
+                    if variant == 1:
+                        pv(st, pa, sv, smem, halves)
+                    else:  # O += P_{t-1} V_{t-1} (stage t - 1 still holds it), then O *= alpha_t; P_t kept
+                        if st['pa'] is not None:
+                            pv(st, st['pa'], st['sv_prev'], smem, halves)
+                            for hh in range(halves):
+                                for n in range(8):
+                                    for hf in range(2):
+                                        st['o'][hh][:, :, 4 * n + 2 * hf] *= alphas[:, :, hf]
+                                        st['o'][hh][:, :, 4 * n + 2 * hf + 1] *= alphas[:, :, hf]
+                        st['pa'], st['sv_prev'] = pa, sv
+                        if it == st['range'][0] + st['range'][1] - 1:  # the last turn's P V
+                            pv(st, pa, sv, smem, halves)
+                            st['pa'] = None
             # epilogue
             for c in range(2):
                 st = state[c]; r0 = q0 + 64 * c
@@ -220,6 +249,14 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale):
                             if t == 0:
                                 lse[h, i] = (st['m'][w, lane, hf] + np.log2(l)) * np.log(2.0) if l > 0 else -np.inf
     return out, lse
+
+def pv(st, pa, sv, smem, halves):
+    for kk in range(BC // 16):
+        A = rega_to_A(pa[:, :, kk])
+        for hh in range(halves):
+            Bv = read_mnmajor(smem, sv + hh * (BC * 128) + kk * (16 * 128), 1024, 64)
+            Om = regs_to_acc(st['o'][hh], 64) + A @ Bv
+            st['o'][hh] = acc_to_regs(Om, 64)
 
 def reference(q, k, v, doc, S, H, Hkv, D, scale):
     out = np.zeros((S, H, D)); lse = np.zeros((H, S))
@@ -244,17 +281,18 @@ def doc_of(S, lens):
     while pos < S: d[pos] = st; pos += 1
     return d
 
-for (S, H, Hkv, D, lens) in [(1, 1, 1, 64, []), (7, 2, 1, 64, [3]), (129, 2, 1, 128, [5, 1, 60]),
-                             (300, 2, 2, 64, [100, 1, 70]), (260, 1, 1, 128, [])]:
+for variant in (1, 2):
+  for (S, H, Hkv, D, lens) in [(1, 1, 1, 64, []), (7, 2, 1, 64, [3]), (129, 2, 1, 128, [5, 1, 60]),
+                               (300, 2, 2, 64, [100, 1, 70]), (260, 1, 1, 128, [])]:
     q = bf16(rng.uniform(-1, 1, (S, H, D))); k = bf16(rng.uniform(-1, 1, (S, Hkv, D))); v = bf16(rng.uniform(-1, 1, (S, Hkv, D)))
     doc = doc_of(S, lens)
-    o, l = kernel(q, k, v, doc, S, H, Hkv, D, 1 / np.sqrt(D))
+    o, l = kernel(q, k, v, doc, S, H, Hkv, D, 1 / np.sqrt(D), variant)
     ro, rl = reference(q, k, v, doc, S, H, Hkv, D, 1 / np.sqrt(D))
     e = np.linalg.norm(o - ro) / np.linalg.norm(ro)
     row = max(np.linalg.norm(o[i, h] - ro[i, h]) / np.linalg.norm(ro[i, h]) for i in range(S) for h in range(H))
     le = np.abs(l - rl).max()
     nan = int(np.isnan(o).sum() + np.isnan(l).sum())
-    print(f"S={S} H={H} Hkv={Hkv} D={D} docs={len(lens)+1}: out rel {e:.2e}, worst row {row:.2e}, "
+    print(f"v{variant} S={S} H={H} Hkv={Hkv} D={D} docs={len(lens)+1}: out rel {e:.2e}, worst row {row:.2e}, "
           f"lse max abs {le:.2e}, nan {nan}", flush=True)
     assert nan == 0 and e < 1e-2 and row < 2e-2 and le < 1e-4, "the model disagrees with the reference"
 
@@ -267,22 +305,32 @@ class Bar:
         if s.pending == 0: s.phase += 1; s.pending = s.count
     def done(s, parity): return (s.phase & 1) != parity  # phase with that parity completed (current phase = s.phase)
 # try_wait.parity P returns true iff the current phase parity != P (i.e. phase P completed)
+def producer(n_blocks, NS, full, empty, stage_block, landed, readers):
+    """The producer warpgroup (both variants): fills stage it % NS with block it once its `empty`
+    phase completed, signals block it - 1's `full` after issuing block it (cp.async.wait_group 1)."""
+    for it in range(n_blocks):
+        s, rnd_ = it % NS, it // NS
+        while not empty[s].done((rnd_ & 1) ^ 1): yield
+        assert readers[s] == 0, "overwrite while read"
+        stage_block[s] = it; landed[s] = False
+        yield
+        landed[s] = True  # (cp.async lands some time; modelled before the signal)
+        if it > 0:
+            full[(it - 1) % NS].arrive(128); yield
+    full[(n_blocks - 1) % NS].arrive(128)
+def interleave(rnd, agents):
+    """Steps the agents (generators) in a random order until all end; 'deadlock' if they never do."""
+    steps = 0
+    while agents:
+        a = rnd.choice(agents)
+        try: next(a)
+        except StopIteration: agents.remove(a)
+        steps += 1
+        assert steps < 200000, "deadlock"
 def run(n_blocks, NS, seed):
     rnd = random.Random(seed)
     full = [Bar(128) for _ in range(NS)]; empty = [Bar(8) for _ in range(NS)]
     stage_block = [None] * NS; landed = [False] * NS; readers = [0] * NS
-    def producer():
-        pending = []  # (stage, block) copies issued, not yet signalled
-        for it in range(n_blocks):
-            s, rnd_ = it % NS, it // NS
-            while not empty[s].done((rnd_ & 1) ^ 1): yield
-            assert readers[s] == 0, "overwrite while read"
-            stage_block[s] = it; landed[s] = False
-            yield
-            landed[s] = True  # (cp.async lands some time; modelled before the signal)
-            if it > 0:
-                full[(it - 1) % NS].arrive(128); yield
-        full[(n_blocks - 1) % NS].arrive(128)
     def consumer(w):
         for it in range(n_blocks):
             s, rnd_ = it % NS, it // NS
@@ -290,15 +338,72 @@ def run(n_blocks, NS, seed):
             assert stage_block[s] == it and landed[s], f"warp {w} read stage {s} holding {stage_block[s]}, wanted {it}"
             readers[s] += 1; yield; readers[s] -= 1
             empty[s].arrive(1); yield
-    agents = [producer()] + [consumer(w) for w in range(8)]
-    steps = 0
-    while agents:
-        a = rnd.choice(agents)
-        try: next(a)
-        except StopIteration: agents.remove(a)
-        steps += 1
-        assert steps < 100000, "deadlock"
+    interleave(rnd, [producer(n_blocks, NS, full, empty, stage_block, landed, readers)] +
+               [consumer(w) for w in range(8)])
 for n in range(1, 9):
     for NS in (2, 3):
         for seed in range(200): run(n, NS, seed)
 print("mbarrier protocol: ok (1-8 blocks, 2 and 3 stages, 200 interleavings each)")
+
+
+class NamedBar:  # bar.sync / bar.arrive with a count of warps (256 threads = 8 warps)
+    def __init__(s, count): s.count, s.arrived, s.gen = count, 0, 0
+    def arrive(s):
+        s.arrived += 1
+        if s.arrived == s.count: s.arrived = 0; s.gen += 1  # a sync arriving in generation g waits for gen > g
+def run_v2(n_blocks, NS, ranges, seed):
+    """Variant 2: the consumers' turns (hopper_attention_forward_kernel_v2), warp by warp, over the
+    full / empty mbarriers and the two scheduling barriers. ranges[c] = (a, n_vis) of consumer c."""
+    rnd = random.Random(seed)
+    full = [Bar(128) for _ in range(NS)]; empty = [Bar(8) for _ in range(NS)]
+    sched = [NamedBar(8), NamedBar(8)]
+    stage_block = [None] * NS; landed = [False] * NS; readers = [0] * NS
+    order = []  # (consumer, turn) of every GEMM issue, in issue order (warp 0 of each consumer)
+    def consumer(c, w):
+        n = n_blocks; a, n_vis = ranges[c]
+        if n_vis == 0: a = n + 1
+        def wait_full(t):
+            s = t % NS
+            while not full[s].done((t // NS) & 1): yield
+            assert stage_block[s] == t and landed[s], f"consumer {c} warp {w} read stage {s} holding {stage_block[s]}, wanted {t}"
+        def turn(t, issue_s, issue_pv):
+            if t < n: yield from wait_full(t)
+            g = sched[c].gen; sched[c].arrive()
+            while sched[c].gen == g: yield
+            if issue_s or issue_pv:
+                if w == 0: order.append((c, t))
+            if issue_s: readers[t % NS] += 1
+            if c == 0 or t < n: sched[1 - c].arrive()
+            yield
+            if issue_pv:
+                readers[(t - 1) % NS] -= 1; empty[(t - 1) % NS].arrive(1); yield
+            if t < n and not issue_s:
+                empty[t % NS].arrive(1); yield
+        if c == 1: sched[0].arrive()
+        for t in range(n + 1):
+            yield from turn(t, a <= t < a + n_vis, a < t <= a + n_vis)
+    interleave(rnd, [producer(n_blocks, NS, full, empty, stage_block, landed, readers)] +
+               [consumer(w // 4, w % 4) for w in range(8)])
+    assert all(b.arrived == 0 for b in sched), "scheduling barrier left with arrivals"
+    # ping-pong: turns alternate consumer 0, consumer 1 (among turns with GEMMs)
+    turns = [(t, c) for c, t in order]
+    assert turns == sorted(turns), f"GEMM issues out of turn order: {order}"
+# With 2 stages variant 2 deadlocks: the producer signals block t's `full` only once it may start
+# block t + 1 (its cp.async group of t has then one behind it), i.e. after block t + 1 - NS was
+# released, and variant 2 releases block t - 1 only at turn t, after waiting for block t's `full`:
+# NS = 2 waits in a circle. The kernel therefore has 3 stages (static_assert); checked both ways.
+def deadlocks(*args):
+    try: run_v2(*args)
+    except AssertionError as e:
+        if str(e) == "deadlock": return True
+        raise
+    return False
+assert deadlocks(3, 2, ((0, 3), (0, 3)), 0), "expected the 2-stage deadlock"
+n_cases = 0
+for n in range(1, 7):
+    for NS in (3, 4):
+        for ranges in [((0, n), (0, n)), ((0, n), (n, 0)), ((0, n), (min(1, n - 1), n - min(1, n - 1))),
+                       ((n - 1, 1), (0, n)), ((0, max(n - 1, 1)), (0, n))]:
+            for seed in range(60): run_v2(n, NS, ranges, seed); n_cases += 1
+print(f"variant 2 protocol (turns, scheduling barriers, GEMMs in ping-pong order): ok ({n_cases} interleavings, "
+      "1-6 blocks, 3 and 4 stages; 2 stages deadlock, as expected)")

@@ -2,16 +2,17 @@
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
-// forward (hopper_attention.h, sm_90a wgmma; forward only), one after the other.
+// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper: variant 1, hopper2: variant 2),
+// one after the other.
 //   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N]
-//                   [--impl cudnn|own|hopper|both|all] [S ...]
-//   both: cudnn and own; all: cudnn, own and hopper. default S: 8192 32768 131072; --ragged: cuDNN
+//                   [--impl cudnn|own|hopper|hopper2|both|all] [S ...]
+//   both: cudnn and own; all: cudnn, own, hopper and hopper2. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
 // square, halved by the causal mask), backward 5 S^2 H d (2.5x forward), forward+backward 7 S^2 H d.
 // With --doc-len N the sequence is packed with documents of N tokens and the same formulas use
 // sum(len^2) for S^2. Forward, backward (alone, on the forward's outputs) and forward+backward are
-// timed separately. hopper: forward only (its backward is attention_backward's, timed under own),
+// timed separately. hopper, hopper2: forward only (its backward is attention_backward's, timed under own),
 // and its out / lse compared with own's forward on the same inputs (max |difference|), a check at
 // sizes the unit tests do not reach. Prints a table and one JSON line per size.
 #include <cuda_bf16.h>
@@ -108,11 +109,12 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  const bool cudnn = impl == "cudnn", hopper = impl == "hopper";
+  const bool cudnn = impl == "cudnn", hopper = impl == "hopper" || impl == "hopper2";
+  const int hopper_variant = impl == "hopper2" ? 2 : 1;
   if (hopper) {
     std::string why;
     if (!ulysses::cuda::hopper_attention_supported(d, H, Hkv, &why)) {
-      std::printf("%9lld hopper: not supported: %s\n", (long long)S, why.c_str());
+      std::printf("%9lld %s: not supported: %s\n", (long long)S, impl.c_str(), why.c_str());
       return;
     }
   }
@@ -136,7 +138,8 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   auto fwd = [&] {
     if (cudnn) attn->forward(out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
     else if (hopper)
-      ulysses::cuda::hopper_attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
+      ulysses::cuda::hopper_attention_forward_variant(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream,
+                                                      hopper_variant);
     else ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
   };
   auto bwd = [&] {
@@ -170,12 +173,14 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   const double f_flops = 2.0 * pairs * H * d, b_flops = 5.0 * pairs * H * d, fb_flops = 7.0 * pairs * H * d;
   const double f_tf = f_flops / (f_ms * 1e-3) / 1e12, b_tf = b_flops / (b_ms * 1e-3) / 1e12,
                fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
-  std::string form = cudnn ? attn->form(p, true) : hopper ? "hopper wgmma forward" + check : "own kernels";
+  std::string form = cudnn    ? attn->form(p, true)
+                     : hopper ? "hopper wgmma forward, variant " + std::to_string(hopper_variant) + check
+                              : "own kernels";
   if (cudnn && set.autotune)
     form += ", plans fwd " + std::to_string(attn->chosen_plan(p, false)) + "/" +
             std::to_string(attn->candidate_plans(p, false)) + " bwd " + std::to_string(attn->chosen_plan(p, true)) +
             "/" + std::to_string(attn->candidate_plans(p, true));
-  std::printf("%-6s %9lld %9lld %10.3f %10.1f %10.3f %10.1f %12.3f %10.1f  %s\n", impl.c_str(), (long long)S,
+  std::printf("%-7s %9lld %9lld %10.3f %10.1f %10.3f %10.1f %12.3f %10.1f  %s\n", impl.c_str(), (long long)S,
               (long long)(doc_len > 0 ? doc_len : S), f_ms, f_tf, b_ms, b_tf, fb_ms, fb_tf, form.c_str());
   // JSON has no NaN: a time not measured is null.
   auto js = [](double x, const char* fmt) {
@@ -211,8 +216,8 @@ int main(int argc, char** argv) {
       else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
       else sizes.push_back(std::atoll(argv[i]));
     }
-    if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "both" && impl != "all") {
-      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, both (cudnn, own) or all\n");
+    if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "both" && impl != "all") {
+      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, hopper2, both (cudnn, own) or all\n");
       return 2;
     }
     if (sizes.empty()) sizes = {8192, 32768, 131072};
@@ -221,11 +226,11 @@ int main(int argc, char** argv) {
     std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=%lld, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
                 "5*sum(len^2)*H*d (bwd), 7*sum(len^2)*H*d (fwd+bwd)\n",
                 prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str(), (long long)set.d);
-    std::printf("%-6s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
+    std::printf("%-7s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
                 "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)
-      for (const char* i : {"cudnn", "own", "hopper"})
-        if (impl == i || impl == "all" || (impl == "both" && std::strcmp(i, "hopper") != 0)) bench(S, set, i);
+      for (const char* i : {"cudnn", "own", "hopper", "hopper2"})
+        if (impl == i || impl == "all" || (impl == "both" && std::strncmp(i, "hopper", 6) != 0)) bench(S, set, i);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

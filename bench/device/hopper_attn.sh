@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The Hopper (sm_90a, wgmma) attention forward on the GPU (issue 31, first step): its tests, a
-# memcheck of one small case, then cuDNN against it at d = 128, 32 / 8 heads. Partial results are
-# printed as they come; every step has its own timeout, the whole under about 5 minutes.
+# The Hopper (sm_90a, wgmma) attention forward on the GPU (issue 31): its tests for both kernel
+# variants (1: the first version; 2: intra-warpgroup overlap, ping-pong, 3 stages), a memcheck of one
+# small case of each, then cuDNN against both at d = 128, 32 / 8 heads. Partial results are printed
+# as they come; every step has its own timeout, the whole under about 6 minutes (variant 2's bench
+# is skipped if its tests hung, so a hang costs its test step only).
 #   bash bench/device/hopper_attn.sh BUILD     (BUILD: the carried GPU build directory, e.g. build-gpu)
 set -uo pipefail
 B=${1:-build-gpu}
@@ -10,18 +12,24 @@ T="$B/tests/cuda_hopper_attention_test"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/hopper_attn: GPU /'
 rc=0
 
-echo "== hopper_attn: small cases first (a hang or a fault shows here quickly)"
-timeout 60 "$T" --gtest_color=no --gtest_filter='HopperAttention.D128Small:HopperAttention.RefusesUnsupported'
+echo "== hopper_attn: small cases first, both variants (a hang or a fault shows here quickly)"
+timeout 60 "$T" --gtest_color=no \
+  --gtest_filter='Hopper/HopperAttentionVariant.D128Small/v1:Hopper/HopperAttentionVariant.D128Small/v2:HopperAttention.RefusesUnsupported'
 r=$?; echo "hopper_attn: small cases rc=$r"; [ $r -eq 0 ] || rc=1
 
-echo "== hopper_attn: all Hopper tests"
-timeout 120 "$T" --gtest_color=no --gtest_filter='HopperAttention.*'
-r=$?; echo "hopper_attn: tests rc=$r"; [ $r -eq 0 ] || rc=1
+echo "== hopper_attn: all Hopper tests, variant 1 (and the engine's opt-in)"
+timeout 120 "$T" --gtest_color=no --gtest_filter='HopperAttention.*:Hopper/HopperAttentionVariant.*/v1'
+r=$?; echo "hopper_attn: tests v1 rc=$r"; [ $r -eq 0 ] || rc=1
 
-echo "== hopper_attn: compute-sanitizer memcheck, one small case"
+echo "== hopper_attn: all Hopper tests, variant 2"
+timeout 120 "$T" --gtest_color=no --gtest_filter='Hopper/HopperAttentionVariant.*/v2'
+r2=$?; echo "hopper_attn: tests v2 rc=$r2"; [ $r2 -eq 0 ] || rc=1
+
+echo "== hopper_attn: compute-sanitizer memcheck, one small case per variant"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$CS" ]; then
-  timeout 90 "$CS" --tool memcheck --error-exitcode 9 "$T" --gtest_color=no --gtest_filter='HopperAttention.D128Small'
+  timeout 90 "$CS" --tool memcheck --error-exitcode 9 "$T" --gtest_color=no \
+    --gtest_filter='Hopper/HopperAttentionVariant.D128Small/*'
   r=$?; echo "hopper_attn: memcheck rc=$r"; [ $r -eq 0 ] || rc=1
 else
   echo "hopper_attn: compute-sanitizer not found, memcheck skipped"
@@ -29,7 +37,11 @@ fi
 
 echo "== hopper_attn: attention_bench, d 128, H 32 / Hkv 8 (forward TFLOPS = 2*S^2*H*d / time)"
 for S in 4096 32768 131072; do
-  for impl in cudnn hopper; do
+  for impl in cudnn hopper hopper2; do
+    if [ $impl = hopper2 ] && [ $r2 -eq 124 ]; then
+      echo "hopper_attn: bench hopper2 S=$S skipped (variant 2's tests timed out)"
+      continue
+    fi
     timeout 45 "$B/attention_bench" --impl $impl --reps 5 $S 2>&1
     echo "hopper_attn: bench $impl S=$S rc=$?"
   done

@@ -2,8 +2,10 @@
 // the same bf16-rounded inputs) and beside our FA2 kernel (attention_forward), over sweeps of
 // sequence lengths (tile edges: 1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
 // 32/8, 8/8), single and packed documents (boundaries inside a 128-row tile, one-token documents).
-// Outputs are poisoned before every run, so an element the kernel never writes fails as NaN. And the
-// engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface, forward and backward.
+// Outputs are poisoned before every run, so an element the kernel never writes fails as NaN. Every
+// case runs for both kernel variants (hopper_attention_forward_variant 1 and 2; test names end in
+// /v1 and /v2). And the engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface,
+// forward and backward, with the variant ULYSSES_HOPPER_VARIANT names (default 1).
 // Fails without a GPU (CudaTest); skips on a GPU that is not sm_90 (the kernel is sm_90a only).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -44,6 +46,9 @@ class HopperAttention : public ulysses::cuda_test::CudaTest {
   }
 };
 
+// The sweeps and small cases, once per kernel variant (the parameter: 1 or 2).
+class HopperAttentionVariant : public HopperAttention, public ::testing::WithParamInterface<int> {};
+
 // Documents for a sweep case: none (one document), or boundaries at S/3 (inside a tile for most S), a
 // one-token document, one of 70 tokens (ends inside a tile) and the rest.
 std::vector<int64_t> packed_lengths(int64_t S) {
@@ -73,10 +78,10 @@ double worst_row_error(const std::vector<float>& out, const std::vector<float>& 
   return worst;
 }
 
-void run_case(const Case& c, cudaStream_t stream) {
+void run_case(const Case& c, int variant, cudaStream_t stream) {
   const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  SCOPED_TRACE("S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
-               " d=" + std::to_string(c.d) + " docs=" + std::to_string(c.doc_lens.size() + 1) +
+  SCOPED_TRACE("variant=" + std::to_string(variant) + " S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) +
+               " Hkv=" + std::to_string(c.Hkv) + " d=" + std::to_string(c.d) + " docs=" + std::to_string(c.doc_lens.size() + 1) +
                " seed=" + std::to_string(seed));
   const int64_t S = c.S, H = c.H, Hkv = c.Hkv, d = c.d;
   const double scale = 1.0 / std::sqrt(double(d));
@@ -106,8 +111,8 @@ void run_case(const Case& c, cudaStream_t stream) {
                                        Hkv, d, scale, stream);
   ulysses::cuda::attention_forward(out_fa2.get(), lse_fa2.get(), qb.get(), kb.get(), vb.get(), ddoc.get(), S, H, Hkv,
                                    d, scale, stream);
-  ulysses::cuda::hopper_attention_forward(out_h.get(), lse_h.get(), qb.get(), kb.get(), vb.get(), ddoc.get(), S, H,
-                                          Hkv, d, scale, stream);
+  ulysses::cuda::hopper_attention_forward_variant(out_h.get(), lse_h.get(), qb.get(), kb.get(), vb.get(), ddoc.get(),
+                                                  S, H, Hkv, d, scale, stream, variant);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   CUDA_CHECK(cudaGetLastError());
 
@@ -130,9 +135,10 @@ void run_case(const Case& c, cudaStream_t stream) {
       lse_worst_at = int64_t(i);
     }
   }
-  std::printf("  S=%-5lld H=%-2lld Hkv=%-2lld d=%-3lld docs=%zu  out rel %.2e (fa2 %.2e), worst row %.2e (fa2 %.2e), "
+  std::printf("  v%d S=%-5lld H=%-2lld Hkv=%-2lld d=%-3lld docs=%zu  out rel %.2e (fa2 %.2e), worst row %.2e (fa2 %.2e), "
               "lse rel %.2e, worst %.2e\n",
-              (long long)S, (long long)H, (long long)Hkv, (long long)d, c.doc_lens.size() + 1, e_h, e_f, row_h, row_f,
+              variant, (long long)S, (long long)H, (long long)Hkv, (long long)d, c.doc_lens.size() + 1, e_h, e_f, row_h,
+              row_f,
               le_h, lse_worst);
   EXPECT_LE(e_h, 2e-2) << "out: relative error against the fp32 twin";
   EXPECT_LE(row_h, 4e-2) << "out: worst row's relative error (fa2's: " << row_f << ")";
@@ -144,25 +150,28 @@ void run_case(const Case& c, cudaStream_t stream) {
 const std::vector<int64_t> kSizes = {1, 7, 64, 127, 128, 129, 300, 1000, 4097};
 const std::vector<std::pair<int64_t, int64_t>> kHeads = {{1, 1}, {4, 1}, {32, 8}, {8, 8}};
 
-void sweep(int64_t d, bool packed, cudaStream_t stream) {
+void sweep(int64_t d, bool packed, int variant, cudaStream_t stream) {
   for (int64_t S : kSizes)
     for (auto [H, Hkv] : kHeads) {
-      run_case({S, H, Hkv, d, packed ? packed_lengths(S) : std::vector<int64_t>{}}, stream);
+      run_case({S, H, Hkv, d, packed ? packed_lengths(S) : std::vector<int64_t>{}}, variant, stream);
       if (::testing::Test::HasFailure()) return;  // the first failing case is the useful one
     }
 }
 
-TEST_F(HopperAttention, D128SingleDocumentSweep) { sweep(128, false, stream); }
-TEST_F(HopperAttention, D128PackedDocumentsSweep) { sweep(128, true, stream); }
-TEST_F(HopperAttention, D64SingleDocumentSweep) { sweep(64, false, stream); }
-TEST_F(HopperAttention, D64PackedDocumentsSweep) { sweep(64, true, stream); }
+TEST_P(HopperAttentionVariant, D128SingleDocumentSweep) { sweep(128, false, GetParam(), stream); }
+TEST_P(HopperAttentionVariant, D128PackedDocumentsSweep) { sweep(128, true, GetParam(), stream); }
+TEST_P(HopperAttentionVariant, D64SingleDocumentSweep) { sweep(64, false, GetParam(), stream); }
+TEST_P(HopperAttentionVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 
 // Small cases, also the ones the memcheck run of bench/device/hopper_attn.sh uses.
-TEST_F(HopperAttention, D128Small) { run_case({129, 2, 1, 128, {5, 1, 60}}, stream); }
-TEST_F(HopperAttention, D128SharpSoftmax) { run_case({1000, 4, 2, 128, {450, 3}, 4.0}, stream); }
-TEST_F(HopperAttention, D128ManySmallDocuments) {
-  run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, stream);
+TEST_P(HopperAttentionVariant, D128Small) { run_case({129, 2, 1, 128, {5, 1, 60}}, GetParam(), stream); }
+TEST_P(HopperAttentionVariant, D128SharpSoftmax) { run_case({1000, 4, 2, 128, {450, 3}, 4.0}, GetParam(), stream); }
+TEST_P(HopperAttentionVariant, D128ManySmallDocuments) {
+  run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, GetParam(), stream);
 }
+
+INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionVariant, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) { return "v" + std::to_string(info.param); });
 
 // The engine's opt-in: with ULYSSES_ATTENTION=hopper the backend's forward runs the Hopper kernel,
 // and its backward (as auto: cuDNN where it runs) reads that forward's out and lse; both against the
@@ -231,6 +240,9 @@ TEST_F(HopperAttention, RefusesUnsupported) {
   EXPECT_THROW(ulysses::cuda::hopper_attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 128, 4, 4,
                                                        128, 0.1, stream),
                ulysses::Error);  // null pointers
+  EXPECT_THROW(ulysses::cuda::hopper_attention_forward_variant(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 128,
+                                                               4, 4, 128, 0.1, stream, 3),
+               ulysses::Error);  // no variant 3
 }
 
 }  // namespace

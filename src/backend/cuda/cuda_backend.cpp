@@ -13,6 +13,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/hopper_attention.h"
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/dispatch.h"
 #include "backend/device_arch.h"
@@ -84,6 +85,8 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
                            : v == "hopper" ? AttentionKernels::Hopper
                                            : AttentionKernels::Auto;
     }
+    // A bad ULYSSES_HOPPER_VARIANT fails here rather than at the first forward.
+    if (attention_kernels_ == AttentionKernels::Hopper) hopper_attention_variant();
   } catch (...) {
     gemm_.reset();
     if (transfer_stream_ != nullptr) cudaStreamDestroy(transfer_stream_);

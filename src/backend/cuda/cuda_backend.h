@@ -79,7 +79,8 @@ class CudaBackend : public Backend {
   void rope_backward_impl(Tensor& dx, const Tensor& dout, const Tensor& pos, const Tensor& inv_freq) override;
   // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
   // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it; =hopper runs the
-  // forward on our sm_90a wgmma kernel where it takes the problem, everything else as auto); f32: ours.
+  // forward on our sm_90a wgmma kernel where it takes the problem, everything else as auto; its
+  // variant from ULYSSES_HOPPER_VARIANT, checked at construction); f32: ours.
   void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Documents& docs, double scale) override;
   void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,

@@ -202,8 +202,9 @@ bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
   const bool ok = shape.window == 0
                       ? hopper_attention_supported(shape.d, shape.H, shape.Hkv, &why)
                       : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
-  const std::string choice = ok ? std::string("our Hopper (sm_90a wgmma) kernel")
-                                : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
+  const std::string choice =
+      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_attention_variant())
+         : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper: " + choice).second) ULY_INFO("attention forward: " << choice);
   return ok;
 }

@@ -19,9 +19,22 @@ namespace ulysses::cuda {
 // d = 64 or 128, H % Hkv == 0. `why` (if given) gets the reason when not.
 bool hopper_attention_supported(int64_t d, int64_t H, int64_t Hkv, std::string* why = nullptr);
 
-// Arguments as attention_forward (attention.h). Throws an Error on an unsupported problem.
+// Arguments as attention_forward (attention.h). Throws an Error on an unsupported problem. Runs the
+// variant that ULYSSES_HOPPER_VARIANT names (hopper_attention_variant).
 void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                               const __nv_bfloat16* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv,
                               int64_t d, double scale, cudaStream_t stream);
+
+// The kernel variant the environment asks for, read once: ULYSSES_HOPPER_VARIANT=1 (or unset) is the
+// first version (the default), 2 the pipelined one (intra-warpgroup overlap of softmax and GEMMs,
+// ping-pong between the two consumer warpgroups, 3 stages; see docs/attention.md). Anything else
+// throws an Error naming the variable.
+int hopper_attention_variant();
+
+// hopper_attention_forward with the variant given (1 or 2), for tests and benchmarks that run both.
+void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
+                                      const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,
+                                      int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,
+                                      int variant);
 
 }  // namespace ulysses::cuda

@@ -15,6 +15,12 @@
 //     P to bf16 in registers and O += P V with wgmma m64n64k16 (A = P from registers, B = V from
 //     shared memory, transposed: V is stored key-major with d contiguous); then each warp
 //     arrives on the stage's `empty` mbarrier.
+// Two variants of the consumers' loop, chosen at run time (hopper_attention_variant,
+// ULYSSES_HOPPER_VARIANT): 1, consume_v1, as above, each key block's GEMMs and
+// softmax one after the other, 2 stages; 2, consume_v2, FA3's intra-warpgroup
+// overlap (the softmax of block t while P V of block t - 1 runs) and ping-pong between the two
+// consumers (named barriers order their GEMM issues), 3 stages. Both share every other piece
+// (setup_block, produce, consumer_rows, issue_qk, softmax_block, pack_p, issue_pv, epilogue).
 // Shared-memory tiles use the 128-byte swizzle of wgmma's canonical layouts: a tile of R rows and D
 // columns is stored as D / 64 column halves of R rows x 128 bytes each, row r's 16-byte chunk c at
 // r * 128 + ((c ^ (r % 8)) * 16), every half 1024-byte aligned (a swizzle atom is 8 rows, 1024 bytes).
@@ -24,6 +30,7 @@
 // one wgmma per 64-column half of d, so only one swizzle atom spans N and the only stride used is
 // the one between groups of 8 keys, 1024 bytes, given as both offsets.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/attention_device.cuh"
@@ -98,29 +105,29 @@ __device__ __forceinline__ void wgmma_s(float (&s)[BC / 2], uint64_t da, uint64_
   else wgmma_ss_m64n64k16(s, da, db, scale_d);
 }
 
-template <int D, int BC, int NS>
-__global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(const Params p) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = Tile<D, BC, NS>;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  unsigned char* smem = smem_raw + (base - raw);
-  int* s_doc = reinterpret_cast<int*>(smem + T::doc_off);
-  int* s_red = reinterpret_cast<int*>(smem + T::red_off);
-  const uint32_t full_bar = base + T::bar_off, empty_bar = full_bar + NS * 8;
+// ---- Pieces shared by both variants ----
 
-  const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = tid / 32, lane = tid % 32;
+// The CTA's query block and head and the key blocks its rows can see.
+struct Block {
+  int q0, h, hk;
+  int kb_lo, n_blocks;  // key blocks kb_lo .. kb_lo + n_blocks - 1
+};
+
+// Every thread: the block's row document starts (kIntMax for rows past S: they see nothing) into
+// s_doc, their per-warp min / max into s_red, the NS full / empty mbarriers initialised, then
+// __syncthreads and the key-block range.
+template <int BC, int NS>
+__device__ __forceinline__ Block setup_block(const Params& p, int* s_doc, int* s_red, uint32_t full_bar,
+                                             uint32_t empty_bar) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int S = p.S;
+  Block b;
   const int qb = int(gridDim.x) - 1 - int(blockIdx.x);  // heaviest query blocks first
-  const int h = blockIdx.y, hk = h / p.group;
-  const int q0 = qb * kBR;
-  const int64_t q_row = int64_t(p.H) * D, kv_row = int64_t(p.Hkv) * D;
-
-  // The block's row document starts (kIntMax for rows past S: they see nothing), their per-warp
-  // min / max, and the barriers.
+  b.h = blockIdx.y;
+  b.hk = b.h / p.group;
+  b.q0 = qb * kBR;
   if (tid < kBR) {
-    const int i = q0 + tid;
+    const int i = b.q0 + tid;
     int lo = i < S ? p.doc_start[i] : kIntMax, hi = lo;
     s_doc[tid] = lo;
 #pragma unroll
@@ -143,140 +150,235 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(c
   __syncthreads();
 
   const int cta_lo = max(min(min(s_red[0], s_red[1]), min(s_red[2], s_red[3])), 0);
-  const int q_last = min(q0 + kBR - 1, S - 1);  // the block's last visible key
-  const int kb_lo = cta_lo / BC, kb_hi = q_last / BC;
-  const int n_blocks = kb_hi - kb_lo + 1;  // >= 1: every row sees at least itself (doc_start[i] <= i)
+  const int q_last = min(b.q0 + kBR - 1, S - 1);  // the block's last visible key
+  b.kb_lo = cta_lo / BC;
+  b.n_blocks = q_last / BC - b.kb_lo + 1;  // >= 1: every row sees at least itself (doc_start[i] <= i)
+  return b;
+}
 
-  if (wg == 0) {
-    // ---------------- producer ----------------
-    setmaxnreg_dec<kProducerRegs>();
-    const bf16* kbase = p.k + int64_t(hk) * D;
-    const bf16* vbase = p.v + int64_t(hk) * D;
-    for (int it = 0; it < n_blocks; ++it) {
-      const int s = it % NS, round = it / NS;
-      mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
-      const int k0 = (kb_lo + it) * BC;
-      const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes;
-      load_tile<D>(sk, BC, kbase + k0 * kv_row, kv_row, S - k0, wtid, 128);
-      load_tile<D>(sv, BC, vbase + k0 * kv_row, kv_row, S - k0, wtid, 128);
-      cp_async_commit();
-      if (it > 0) {
-        cp_async_wait<1>();  // this thread's copies of block it - 1 landed
-        fence_proxy_async();
-        mbar_arrive(full_bar + 8 * ((it - 1) % NS));
-      }
-    }
-    if (n_blocks > 0) {  // (always, unless doc_start breaks doc_start[i] <= i)
-      cp_async_wait<0>();
+// The producer warpgroup: K and V of every key block into the NS-stage ring (see the file comment).
+template <int D, int BC, int NS>
+__device__ __forceinline__ void produce(const Params& p, const Block& b, uint32_t base, uint32_t full_bar,
+                                        uint32_t empty_bar, int wtid) {
+  using T = Tile<D, BC, NS>;
+  const int S = p.S;
+  const int64_t kv_row = int64_t(p.Hkv) * D;
+  const bf16* kbase = p.k + int64_t(b.hk) * D;
+  const bf16* vbase = p.v + int64_t(b.hk) * D;
+  for (int it = 0; it < b.n_blocks; ++it) {
+    const int s = it % NS, round = it / NS;
+    mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
+    const int k0 = (b.kb_lo + it) * BC;
+    const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes;
+    load_tile<D>(sk, BC, kbase + k0 * kv_row, kv_row, S - k0, wtid, 128);
+    load_tile<D>(sv, BC, vbase + k0 * kv_row, kv_row, S - k0, wtid, 128);
+    cp_async_commit();
+    if (it > 0) {
+      cp_async_wait<1>();  // this thread's copies of block it - 1 landed
       fence_proxy_async();
-      mbar_arrive(full_bar + 8 * ((n_blocks - 1) % NS));
+      mbar_arrive(full_bar + 8 * ((it - 1) % NS));
     }
-    return;
   }
+  if (b.n_blocks > 0) {  // (always, unless doc_start breaks doc_start[i] <= i)
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbar_arrive(full_bar + 8 * ((b.n_blocks - 1) % NS));
+  }
+}
 
-  // ---------------- consumers ----------------
-  setmaxnreg_inc<kConsumerRegs>();
-  const int c = wg - 1, wi = wtid / 32, g = lane / 4, t = lane % 4;
-  const int r0 = q0 + 64 * c;  // the warpgroup's first row
-  const uint32_t sq = base + c * T::q_wg_bytes;
-  load_tile<D>(sq, 64, p.q + (r0 < S ? int64_t(r0) * q_row : 0) + int64_t(h) * D, q_row, S - r0, wtid, 128);
+// What a consumer thread knows of its rows.
+struct Rows {
+  int c, r0;                  // consumer 0 or 1, the warpgroup's first row
+  bool active;                // r0 < S
+  int wlo_min, wlo_max;       // the smallest and largest document start of the warpgroup's rows
+  int wrow_max;               // the warpgroup's last visible key
+  int rowA;                   // this thread's rows: rowA and rowA + 8
+  int lo[2];                  // their document starts
+  uint32_t sq;                // the warpgroup's Q tile (shared address)
+  // Whether key block [ks, ke] holds a key some row of the warpgroup sees.
+  __device__ __forceinline__ bool sees(int ks, int ke) const { return active && ke >= wlo_min && ks <= wrow_max; }
+};
+
+// A consumer warpgroup loads its Q tile (then a barrier of its 128 threads) and learns its rows.
+template <int D, int BC, int NS>
+__device__ __forceinline__ Rows consumer_rows(const Params& p, const Block& b, uint32_t base, const int* s_doc,
+                                              const int* s_red, int wg, int wtid) {
+  using T = Tile<D, BC, NS>;
+  const int S = p.S, lane = wtid % 32, wi = wtid / 32, g = lane / 4;
+  const int64_t q_row = int64_t(p.H) * D;
+  Rows r;
+  r.c = wg - 1;
+  r.r0 = b.q0 + 64 * r.c;
+  r.sq = base + r.c * T::q_wg_bytes;
+  load_tile<D>(r.sq, 64, p.q + (r.r0 < S ? int64_t(r.r0) * q_row : 0) + int64_t(b.h) * D, q_row, S - r.r0, wtid,
+               128);
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async();
-  named_barrier_sync(1 + c, 128);
+  named_barrier_sync(1 + r.c, 128);
+  r.active = r.r0 < S;
+  r.wlo_min = min(s_red[2 * r.c], s_red[2 * r.c + 1]);
+  r.wlo_max = max(s_red[4 + 2 * r.c], s_red[5 + 2 * r.c]);
+  r.wrow_max = min(r.r0 + 63, S - 1);
+  r.rowA = r.r0 + 16 * wi + g;
+  r.lo[0] = s_doc[64 * r.c + 16 * wi + g];
+  r.lo[1] = s_doc[64 * r.c + 16 * wi + g + 8];
+  return r;
+}
 
-  const bool active = r0 < S;
-  const int wlo_min = min(s_red[2 * c], s_red[2 * c + 1]), wlo_max = max(s_red[4 + 2 * c], s_red[5 + 2 * c]);
-  const int wrow_max = min(r0 + 63, S - 1);  // the warpgroup's last visible key
-  const int rowA = r0 + 16 * wi + g;          // this thread's rows: rowA and rowA + 8
-  const int lo[2] = {s_doc[64 * c + 16 * wi + g], s_doc[64 * c + 16 * wi + g + 8]};
-
-  float o[T::kHalves][32];
+// Issues S = Q K^T (64 x BC) of the stage's K tile at sk; the caller fences and commits.
+template <int D, int BC>
+__device__ __forceinline__ void issue_qk(float (&sc)[BC / 2], uint32_t sq, uint32_t sk) {
 #pragma unroll
-  for (int hh = 0; hh < T::kHalves; ++hh)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
-  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t da = make_desc_sw128(sq + (kk / 4) * (64 * 128) + (kk % 4) * 32, 16, 1024);
+    const uint64_t db = make_desc_sw128(sk + (kk / 4) * (BC * 128) + (kk % 4) * 32, 16, 1024);
+    wgmma_s<BC>(sc, da, db, kk > 0 ? 1 : 0);
+  }
+}
 
-  for (int it = 0; it < n_blocks; ++it) {
+// Online softmax (log2 domain) of the scores of key block [ks, ke]: masks, updates m_run and l_run
+// and turns sc into the unnormalised probabilities; alpha gets the factor O must be rescaled by.
+// No element masked when every row's document starts at or before ks, every row is at or after ke
+// and ke < S.
+template <int BC>
+__device__ __forceinline__ void softmax_block(float (&sc)[BC / 2], int ks, int ke, int S, const Rows& r,
+                                              float scale_log2, float (&m_run)[2], float (&l_run)[2],
+                                              float (&alpha)[2]) {
+  const int t = threadIdx.x % 4;
+  const bool full = ks >= r.wlo_max && ke <= r.r0 && ke < S;
+  float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+  for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = sc[4 * n + e] * scale_log2;
+      if (!full) {
+        const int col = ks + 8 * n + 2 * t + (e & 1), row = r.rowA + 8 * (e / 2);
+        if (col < r.lo[e / 2] || col > row || col >= S) x = kNegInf;
+      }
+      sc[4 * n + e] = x;
+      mx[e / 2] = fmaxf(mx[e / 2], x);
+    }
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+    mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+    const float m_new = fmaxf(m_run[hf], mx[hf]);
+    const float b = m_new == kNegInf ? 0.f : m_new;  // -inf - (-inf) would be NaN
+    alpha[hf] = fast_exp2(m_run[hf] - b);
+    m_run[hf] = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int n = 0; n < BC / 8; ++n) {
+      sc[4 * n + 2 * hf] = fast_exp2(sc[4 * n + 2 * hf] - b);
+      sc[4 * n + 2 * hf + 1] = fast_exp2(sc[4 * n + 2 * hf + 1] - b);
+      rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
+    }
+    l_run[hf] = l_run[hf] * alpha[hf] + rs;  // this thread's columns; summed over the quad at the end
+  }
+}
+
+template <int H>
+__device__ __forceinline__ void rescale_o(float (&o)[H][32], const float (&alpha)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < H; ++hh)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        o[hh][4 * n + 2 * hf] *= alpha[hf];
+        o[hh][4 * n + 2 * hf + 1] *= alpha[hf];
+      }
+}
+
+// P to bf16 in the register-A layout: k16 step kk covers keys 16kk..16kk+15, the S chunks 2kk, 2kk + 1.
+template <int BC>
+__device__ __forceinline__ void pack_p(const float (&sc)[BC / 2], uint32_t (&pa)[BC / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; ++kk) {
+    pa[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+  }
+}
+
+// Issues O += P V of the stage's V tile at sv; the caller fences and commits.
+template <int D, int BC>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 64][32], const uint32_t (&pa)[BC / 16][4], uint32_t sv) {
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; ++kk)
+#pragma unroll
+    for (int hh = 0; hh < D / 64; ++hh) {
+      const uint64_t db = make_desc_sw128(sv + hh * (BC * 128) + kk * (16 * 128), 1024, 1024);
+      wgmma_rs_m64n64k16_tb(o[hh], pa[kk], db, 1);
+    }
+}
+
+// Keeps the P registers alive and unmoved until here (a wgmma in flight reads them).
+template <int N>
+__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// Normalise, write out (bf16) and lse (natural log).
+template <int D>
+__device__ __forceinline__ void epilogue(const Params& p, const Block& b, const Rows& r, float (&o)[D / 64][32],
+                                         const float (&m_run)[2], const float (&l_run)[2]) {
+  const int t = threadIdx.x % 4, S = p.S;
+  const int64_t q_row = int64_t(p.H) * D;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_run[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = r.rowA + 8 * hf;
+    if (i >= S) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* dst = p.out + int64_t(i) * q_row + int64_t(b.h) * D + 2 * t;
+#pragma unroll
+    for (int hh = 0; hh < D / 64; ++hh)
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<uint32_t*>(dst + 64 * hh + 8 * n) =
+            pack_bf16(o[hh][4 * n + 2 * hf] * inv, o[hh][4 * n + 2 * hf + 1] * inv);
+    if (t == 0) p.lse[int64_t(b.h) * S + i] = l > 0.f ? (m_run[hf] + __log2f(l)) * kLn2 : kNegInf;
+  }
+}
+
+// ---- Variant 1: per key block S = Q K^T, wait, softmax, O += P V, wait ----
+
+template <int D, int BC, int NS>
+__device__ __forceinline__ void consume_v1(const Params& p, const Block& b, const Rows& r, uint32_t base,
+                                            uint32_t full_bar, uint32_t empty_bar, float (&o)[D / 64][32],
+                                            float (&m_run)[2], float (&l_run)[2]) {
+  using T = Tile<D, BC, NS>;
+  const int lane = threadIdx.x % 32;
+  for (int it = 0; it < b.n_blocks; ++it) {
     const int s = it % NS, round = it / NS;
-    const int ks = (kb_lo + it) * BC, ke = ks + BC - 1;
+    const int ks = (b.kb_lo + it) * BC, ke = ks + BC - 1;
     mbar_wait(full_bar + 8 * s, round & 1);
-    if (active && ke >= wlo_min && ks <= wrow_max) {
+    if (r.sees(ks, ke)) {
       const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes;
-      // S = Q K^T (64 x BC).
       float sc[BC / 2];
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint64_t da = make_desc_sw128(sq + (kk / 4) * (64 * 128) + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = make_desc_sw128(sk + (kk / 4) * (BC * 128) + (kk % 4) * 32, 16, 1024);
-        wgmma_s<BC>(sc, da, db, kk > 0 ? 1 : 0);
-      }
+      issue_qk<D, BC>(sc, r.sq, sk);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(sc);
-
-      // Online softmax (log2 domain); no element masked when every row's document starts at or
-      // before ks, every row is at or after ke and ke < S.
-      const bool full = ks >= wlo_max && ke <= r0 && ke < S;
-      float mx[2] = {kNegInf, kNegInf};
-#pragma unroll
-      for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = sc[4 * n + e] * p.scale_log2;
-          if (!full) {
-            const int col = ks + 8 * n + 2 * t + (e & 1), row = rowA + 8 * (e / 2);
-            if (col < lo[e / 2] || col > row || col >= S) x = kNegInf;
-          }
-          sc[4 * n + e] = x;
-          mx[e / 2] = fmaxf(mx[e / 2], x);
-        }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
-        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-        const float m_new = fmaxf(m_run[hf], mx[hf]);
-        const float b = m_new == kNegInf ? 0.f : m_new;  // -inf - (-inf) would be NaN
-        const float alpha = fast_exp2(m_run[hf] - b);
-        m_run[hf] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int n = 0; n < BC / 8; ++n) {
-          sc[4 * n + 2 * hf] = fast_exp2(sc[4 * n + 2 * hf] - b);
-          sc[4 * n + 2 * hf + 1] = fast_exp2(sc[4 * n + 2 * hf + 1] - b);
-          rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
-        }
-        l_run[hf] = l_run[hf] * alpha + rs;  // this thread's columns; summed over the quad at the end
-#pragma unroll
-        for (int hh = 0; hh < T::kHalves; ++hh)
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            o[hh][4 * n + 2 * hf] *= alpha;
-            o[hh][4 * n + 2 * hf + 1] *= alpha;
-          }
-      }
-
-      // O += P V: k16 step kk covers keys 16kk..16kk+15, the S chunks 2kk and 2kk + 1.
+      float alpha[2];
+      softmax_block<BC>(sc, ks, ke, p.S, r, p.scale_log2, m_run, l_run, alpha);
+      rescale_o(o, alpha);
       uint32_t pa[BC / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < BC / 16; ++kk) {
-        pa[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
-        pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
-        pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
-        pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
-      }
+      pack_p<BC>(sc, pa);
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BC / 16; ++kk)
-#pragma unroll
-        for (int hh = 0; hh < T::kHalves; ++hh) {
-          const uint64_t db = make_desc_sw128(sv + hh * (BC * 128) + kk * (16 * 128), 1024, 1024);
-          wgmma_rs_m64n64k16_tb(o[hh], pa[kk], db, 1);
-        }
+      issue_pv<D, BC>(o, pa, sv);
       wgmma_commit();
       wgmma_wait<0>();
 #pragma unroll
@@ -285,41 +387,183 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(c
     __syncwarp();
     if (lane == 0) mbar_arrive(empty_bar + 8 * s);  // this warp is done with the stage
   }
+}
 
-  // Epilogue: normalise, write out (bf16) and lse (natural log).
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float l = l_run[hf];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int i = rowA + 8 * hf;
-    if (i >= S) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* dst = p.out + int64_t(i) * q_row + int64_t(h) * D + 2 * t;
-#pragma unroll
-    for (int hh = 0; hh < T::kHalves; ++hh)
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        *reinterpret_cast<uint32_t*>(dst + 64 * hh + 8 * n) =
-            pack_bf16(o[hh][4 * n + 2 * hf] * inv, o[hh][4 * n + 2 * hf + 1] * inv);
-    if (t == 0) p.lse[int64_t(h) * S + i] = l > 0.f ? (m_run[hf] + __log2f(l)) * kLn2 : kNegInf;
+// ---- Variant 2: intra-warpgroup overlap and ping-pong between the consumers (FA3 3.1, 3.2) ----
+//
+// A consumer walks "turns" t = 0 .. n_blocks. At turn t it waits for stage t's `full`, waits for its
+// scheduling barrier (its turn at the tensor cores), issues S_t = Q K_t^T (if it sees block t) and
+// O += P_{t-1} V_{t-1} (if it saw block t - 1; P_{t-1} in registers from the previous turn), lets the
+// other consumer's barrier go, then waits only for S_t (wait_group 1) and runs the softmax of S_t
+// while P_{t-1} V_{t-1} still runs on the tensor cores; then waits for that (wait_group 0), releases
+// stage t - 1, rescales O by the softmax's alpha and packs P_t. The two consumers' scheduling
+// barriers (named barriers 3 and 4, 256 threads: one warpgroup syncs, the other arrives) alternate
+// the GEMM issues: consumer 0 issues turn t's GEMMs, then consumer 1, then consumer 0 turn t + 1,
+// so that one warpgroup's softmax overlaps the other's GEMMs. Every consumer passes every turn
+// (also where it sees nothing: rows past S, or documents starting after the block), so that both
+// do n_blocks + 1 syncs and get as many arrivals: consumer 1 arrives once on consumer 0's barrier
+// before its first turn and not after its last.
+// Needs 3 stages or more: the producer signals block t's `full` only once it may start block t + 1
+// (after block t + 1 - NS was released), and a consumer releases block t - 1 only at turn t, after
+// block t's `full`; with 2 stages each waits for the other (tools/hopper_attention_model.py shows it).
+constexpr int kSchedBar = 3;  // + c: consumer c's scheduling barrier (1 + c: the Q-load barriers)
+
+template <int D, int BC, int NS>
+__device__ __forceinline__ void consume_v2(const Params& p, const Block& b, const Rows& r, uint32_t base,
+                                            uint32_t full_bar, uint32_t empty_bar, float (&o)[D / 64][32],
+                                            float (&m_run)[2], float (&l_run)[2]) {
+  using T = Tile<D, BC, NS>;
+  static_assert(NS >= 3, "variant 2 deadlocks with 2 stages (see above)");
+  const int lane = threadIdx.x % 32;
+  const int n = b.n_blocks, my_bar = kSchedBar + r.c, other_bar = kSchedBar + 1 - r.c;
+  // The key blocks the warpgroup sees, a .. a + n_vis - 1 (as Rows::sees, which is contiguous).
+  int a = n, n_vis = 0;
+  if (r.active) {
+    const int first = max(b.kb_lo, r.wlo_min / BC), last = min(b.kb_lo + n - 1, r.wrow_max / BC);
+    a = first - b.kb_lo;
+    n_vis = max(last - first + 1, 0);
   }
+  const auto stage_k = [&](int t) { return base + T::q_bytes + (t % NS) * T::stage_bytes; };
+  const auto full_wait = [&](int t) { mbar_wait(full_bar + 8 * (t % NS), (t / NS) & 1); };
+  const auto release = [&](int t) {  // this warp is done with block t's stage
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar + 8 * (t % NS));
+  };
+  // Lets the other consumer's turn go, except consumer 1 after its last turn (n): consumer 0 does
+  // no turn after that. Predicated, not branched: wgmma may be in flight here.
+  const auto pass_turn = [&](int t) { named_barrier_arrive_if(r.c == 0 || t < n, other_bar, 256); };
+  const auto idle_turn = [&](int t) {  // a turn with no GEMM of ours
+    if (t < n) full_wait(t);
+    named_barrier_sync(my_bar, 256);
+    pass_turn(t);
+    if (t < n) release(t);
+  };
+  if (r.c == 1) named_barrier_arrive(other_bar, 256);  // consumer 0 goes first
+
+  int t = 0;
+  for (; t < (n_vis > 0 ? a : n + 1); ++t) idle_turn(t);
+  if (n_vis > 0) {
+    uint32_t pa[BC / 16][4];  // P of the previous block, the A operand of its P V
+    // Turn a: S_a alone (O is zero: no rescale).
+    {
+      const int ks = (b.kb_lo + t) * BC;
+      full_wait(t);
+      float sc[BC / 2];
+      named_barrier_sync(my_bar, 256);
+      wgmma_fence();
+      issue_qk<D, BC>(sc, r.sq, stage_k(t));
+      wgmma_commit();
+      pass_turn(t);
+      wgmma_wait<0>();
+      fence_regs(sc);
+      float alpha[2];
+      softmax_block<BC>(sc, ks, ks + BC - 1, p.S, r, p.scale_log2, m_run, l_run, alpha);
+      pack_p<BC>(sc, pa);
+      ++t;
+    }
+    // Turns a + 1 .. a + n_vis - 1: S_t, then P_{t-1} V_{t-1}; the softmax of S_t under the latter.
+    for (; t < a + n_vis; ++t) {
+      const int ks = (b.kb_lo + t) * BC;
+      full_wait(t);
+      float sc[BC / 2];
+      named_barrier_sync(my_bar, 256);
+#pragma unroll
+      for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
+      wgmma_fence();
+      issue_qk<D, BC>(sc, r.sq, stage_k(t));
+      wgmma_commit();
+      issue_pv<D, BC>(o, pa, stage_k(t - 1) + T::kv_bytes);
+      wgmma_commit();
+      pass_turn(t);
+      wgmma_wait<1>();  // S_t landed; P_{t-1} V_{t-1} may still run
+      fence_regs(sc);
+      float alpha[2];
+      softmax_block<BC>(sc, ks, ks + BC - 1, p.S, r, p.scale_log2, m_run, l_run, alpha);
+      wgmma_wait<0>();
+      fence_regs_u32(pa);
+#pragma unroll
+      for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
+      release(t - 1);
+      rescale_o(o, alpha);
+      pack_p<BC>(sc, pa);
+    }
+    // Turn a + n_vis: the last P V (and block t, if any, unseen).
+    if (t < n) full_wait(t);
+    named_barrier_sync(my_bar, 256);
+#pragma unroll
+    for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
+    wgmma_fence();
+    issue_pv<D, BC>(o, pa, stage_k(t - 1) + T::kv_bytes);
+    wgmma_commit();
+    pass_turn(t);
+    wgmma_wait<0>();
+    fence_regs_u32(pa);
+#pragma unroll
+    for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
+    release(t - 1);
+    if (t < n) release(t);
+    for (++t; t <= n; ++t) idle_turn(t);
+  }
+}
+
+// ---- The kernel: setup, the producer, the consumers' Q, then the variant's loop and the epilogue ----
+
+template <int D, int BC, int NS, int V>
+__global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tile<D, BC, NS>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  unsigned char* smem = smem_raw + (base - raw);
+  int* s_doc = reinterpret_cast<int*>(smem + T::doc_off);
+  int* s_red = reinterpret_cast<int*>(smem + T::red_off);
+  const uint32_t full_bar = base + T::bar_off, empty_bar = full_bar + NS * 8;
+  const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128;
+  const Block b = setup_block<BC, NS>(p, s_doc, s_red, full_bar, empty_bar);
+
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    produce<D, BC, NS>(p, b, base, full_bar, empty_bar, wtid);
+    return;
+  }
+
+  setmaxnreg_inc<kConsumerRegs>();
+  const Rows r = consumer_rows<D, BC, NS>(p, b, base, s_doc, s_red, wg, wtid);
+  float o[T::kHalves][32];
+#pragma unroll
+  for (int hh = 0; hh < T::kHalves; ++hh)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
+  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+  if constexpr (V == 1) consume_v1<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
+  else consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
+  epilogue<D>(p, b, r, o, m_run, l_run);
 #else
   __trap();  // built only for sm_90a; the host side refuses other devices
 #endif
 }
 
-template <int D>
+template <int D, int NS, void (*Kernel)(Params)>
 void launch(const Params& p, cudaStream_t stream) {
-  constexpr int BC = 128, NS = 2;
+  constexpr int BC = 128;
   using T = Tile<D, BC, NS>;
-  auto kernel = hopper_attention_forward_kernel<D, BC, NS>;
   // Every launch, as attention_forward does: the attribute belongs to the current device.
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(T::smem_bytes)));
   const dim3 grid(static_cast<unsigned>((p.S + kBR - 1) / kBR), static_cast<unsigned>(p.H));
-  kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
+  Kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
+}
+
+// Variant 1: 2 stages. Variant 2: 3 stages (d 128: Q 32 KB + 3 x 64 KB of K and V, 225.6 KB in all).
+constexpr int kStagesV1 = 2, kStagesV2 = 3;
+
+template <int D>
+void launch_variant(const Params& p, int variant, cudaStream_t stream) {
+  if (variant == 2)
+    launch<D, kStagesV2, hopper_attention_forward_kernel<D, 128, kStagesV2, 2>>(p, stream);
+  else launch<D, kStagesV1, hopper_attention_forward_kernel<D, 128, kStagesV1, 1>>(p, stream);
 }
 
 }  // namespace
@@ -346,10 +590,32 @@ bool hopper_attention_supported(int64_t d, int64_t H, int64_t Hkv, std::string* 
   return true;
 }
 
+int hopper_attention_variant() {
+  static const int variant = [] {
+    const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
+    if (v == nullptr || *v == '\0') return 1;
+    const std::string s = v;
+    ULY_CHECK(s == "1" || s == "2", "ULYSSES_HOPPER_VARIANT=" << s
+                                        << ": takes 1 (the first Hopper forward, the default) or 2 (intra-warpgroup "
+                                           "overlap, ping-pong, 3 stages)");
+    return s == "1" ? 1 : 2;
+  }();
+  return variant;
+}
+
 void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                               const __nv_bfloat16* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv,
                               int64_t d, double scale, cudaStream_t stream) {
+  hopper_attention_forward_variant(out, lse, q, k, v, doc_start, S, H, Hkv, d, scale, stream,
+                                   hopper_attention_variant());
+}
+
+void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
+                                      const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,
+                                      int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,
+                                      int variant) {
   const char* op = "cuda::hopper_attention_forward";
+  ULY_CHECK(variant == 1 || variant == 2, op << ": variant " << variant << " (1 or 2)");
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
   ULY_CHECK(hopper_attention_supported(d, H, Hkv, &why),
@@ -372,8 +638,8 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
   p.Hkv = static_cast<int>(Hkv);
   p.group = static_cast<int>(H / Hkv);
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-  if (d == 128) hopper::launch<128>(p, stream);
-  else hopper::launch<64>(p, stream);
+  if (d == 128) hopper::launch_variant<128>(p, variant, stream);
+  else hopper::launch_variant<64>(p, variant, stream);
 }
 
 }  // namespace ulysses::cuda

@@ -65,6 +65,16 @@ HOPPER_DEV void mbar_wait(uint32_t bar, uint32_t parity) {
 HOPPER_DEV void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts this warp's threads towards named barrier `id` (of `threads` in all) without waiting.
+HOPPER_DEV void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// named_barrier_arrive where `pred`, as a predicated instruction rather than a branch.
+HOPPER_DEV void named_barrier_arrive_if(bool pred, int id, int threads) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p bar.arrive %1, %2;\n}\n" ::"r"(int(pred)), "r"(id),
+               "r"(threads)
+               : "memory");
+}
 
 template <int R>
 HOPPER_DEV void setmaxnreg_inc() {
