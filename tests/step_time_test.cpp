@@ -124,8 +124,8 @@ TEST(StepTime, RanksSharingOneGpu) {
   RatesTable rates;
   rates.measurements.push_back(measurement(1024, 1e12));
   rates.pcie_gbps = 50;
-  rates.host_staged["all-to-all"] = HostStagedRate{10, 2, 2};
-  rates.host_staged["sendrecv"] = HostStagedRate{1, 2, 2};
+  add_host_staged(rates, "all-to-all", HostStagedRate{10, 2, 2});
+  add_host_staged(rates, "sendrecv", HostStagedRate{1, 2, 2});
   WorkLedger w;
   w.open("mlp", false);
   w.add_gemm(3e12);  // 6 s a rank at 5e11 FLOP/s: 12 s for 2 ranks on the GPU
@@ -220,16 +220,48 @@ TEST(StepTime, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor("sendrecv", 2), 1.0);
 }
 
+// Host-staged figures are kept per group size: MPI's reductions in host memory run on every
+// rank's core at once, so the bus bandwidth of 4 ranks is not 2 ranks' scaled. A group takes its
+// own size's figure (scaled only by the ranks on the GPU then / now), else the nearest size's.
+TEST(StepTime, HostStagedFigureOfTheGroupsOwnSize) {
+  RatesTable rates;
+  add_host_staged(rates, "all-reduce", HostStagedRate{1, 2, 2});
+  add_host_staged(rates, "all-reduce", HostStagedRate{2, 4, 4});
+  add_host_staged(rates, "all-reduce", HostStagedRate{3, 4, 4});  // replaces the 4-rank figure
+  ASSERT_EQ(rates.host_staged.at("all-reduce").size(), 2u);
+  EXPECT_EQ(host_staged_rate(rates, "all-reduce", 4)->bus_gbps, 3);
+  EXPECT_EQ(host_staged_rate(rates, "all-reduce", 2)->bus_gbps, 1);
+  EXPECT_EQ(host_staged_rate(rates, "all-reduce", 3)->ranks, 4) << "log-nearest, a tie to the larger";
+  EXPECT_EQ(host_staged_rate(rates, "all-reduce", 16)->ranks, 4);
+  EXPECT_EQ(host_staged_rate(rates, "all-to-all", 2), nullptr);
+  rates.latency_us = 0;
+  bool measured = false;
+  // 4 ranks on the GPU, a group of 4: 2 (n-1)/n x 6e9 B / 3 GB/s = 3 s, as measured (4 on the GPU).
+  EXPECT_DOUBLE_EQ(host_staged_seconds(rates, CollectiveWork{"all-reduce", 4, 6e9, 1}, 4, measured), 3.0);
+  EXPECT_TRUE(measured);
+  // A group of 2 among 4 ranks on the GPU: 2 (1/2) x 6e9 / (1 GB/s x 2/4) = 12 s.
+  EXPECT_DOUBLE_EQ(host_staged_seconds(rates, CollectiveWork{"all-reduce", 2, 6e9, 1}, 4, measured), 12.0);
+}
+
 TEST(RatesTable, RoundTripsThroughJson) {
   RatesTable rates;
   rates.device = "cuda:0";
   rates.measurements.push_back(measurement(1024, 1e12));
   rates.bus_gbps["all-to-all"] = 330;
-  rates.host_staged["all-to-all"] = HostStagedRate{7.5, 2, 2};
+  add_host_staged(rates, "all-to-all", HostStagedRate{9, 4, 4});
+  add_host_staged(rates, "all-to-all", HostStagedRate{7.5, 2, 2});
   const RatesTable back = parse_rates_table(rates.to_json().dump(), "r.json");
-  EXPECT_EQ(back.host_staged.at("all-to-all").bus_gbps, 7.5);
-  EXPECT_EQ(back.host_staged.at("all-to-all").ranks, 2);
-  EXPECT_EQ(back.host_staged.at("all-to-all").ranks_per_gpu, 2);
+  ASSERT_EQ(back.host_staged.at("all-to-all").size(), 2u);
+  EXPECT_EQ(back.host_staged.at("all-to-all")[0].bus_gbps, 7.5);  // ascending ranks
+  EXPECT_EQ(back.host_staged.at("all-to-all")[0].ranks, 2);
+  EXPECT_EQ(back.host_staged.at("all-to-all")[0].ranks_per_gpu, 2);
+  EXPECT_EQ(back.host_staged.at("all-to-all")[1].ranks, 4);
+  // A table of one figure per kind (an object, as written before the figures were kept per size).
+  nlohmann::json old = rates.to_json();
+  old["host_staged"]["all-to-all"] = {{"bus_gbps", 6}, {"ranks", 2}, {"ranks_per_gpu", 2}};
+  const RatesTable one = parse_rates_table(old.dump(), "r.json");
+  ASSERT_EQ(one.host_staged.at("all-to-all").size(), 1u);
+  EXPECT_EQ(one.host_staged.at("all-to-all")[0].bus_gbps, 6);
   ASSERT_EQ(back.measurements.size(), 1u);
   EXPECT_EQ(back.device, "cuda:0");
   EXPECT_EQ(back.bus_gbps.at("all-to-all"), 330);
@@ -274,6 +306,10 @@ TEST(RatesTable, MalformedTablesAreRefusedNamingFileAndField) {
   j = good;
   j["host_staged"] = {{"all-to-all", {{"bus_gbps", 5}, {"ranks", 2}, {"ranks_per_gpu", 3}}}};
   refused(j, "'host_staged.all-to-all' must have ranks >= 2 and ranks_per_gpu <= ranks");
+  j = good;
+  j["host_staged"] = {{"all-to-all", nlohmann::json::array({{{"bus_gbps", 5}, {"ranks", 2}, {"ranks_per_gpu", 2}},
+                                                            {{"bus_gbps", 5}, {"ranks", 1}, {"ranks_per_gpu", 1}}})}};
+  refused(j, "'host_staged.all-to-all[1]' must have ranks >= 2");
 }
 
 }  // namespace

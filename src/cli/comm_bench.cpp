@@ -206,7 +206,7 @@ int run_comm_bench(int argc, char** argv, Communicator& world) {
     if (last_busbw <= 0 || n < 2) continue;  // one rank's "sendrecv" is a copy to itself
     ++measured;
     if (host_staged)
-      rates.host_staged[kind] = HostStagedRate{last_busbw, static_cast<int>(n), ranks_per_gpu};
+      add_host_staged(rates, kind, HostStagedRate{last_busbw, static_cast<int>(n), ranks_per_gpu});
     else
       rates.bus_gbps[kind] = last_busbw;
   }

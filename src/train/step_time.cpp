@@ -57,16 +57,36 @@ double staged_copy_bytes(const std::string& kind, int n, double bytes) {
   return 2 * bytes;
 }
 
+void add_host_staged(RatesTable& rates, const std::string& kind, const HostStagedRate& h) {
+  std::vector<HostStagedRate>& v = rates.host_staged[kind];
+  std::erase_if(v, [&](const HostStagedRate& e) { return e.ranks == h.ranks; });
+  v.push_back(h);
+  std::sort(v.begin(), v.end(), [](const HostStagedRate& a, const HostStagedRate& b) { return a.ranks < b.ranks; });
+}
+
+const HostStagedRate* host_staged_rate(const RatesTable& rates, const std::string& kind, int group) {
+  const auto it = rates.host_staged.find(kind);
+  if (it == rates.host_staged.end()) return nullptr;
+  const HostStagedRate* best = nullptr;
+  double best_d = 0;
+  for (const HostStagedRate& e : it->second) {  // ascending: a tie goes to the larger group
+    const double d = std::abs(std::log(double(e.ranks) / double(std::max(1, group))));
+    if (!best || d <= best_d) best = &e, best_d = d;
+  }
+  return best;
+}
+
 double host_staged_seconds(const RatesTable& rates, const CollectiveWork& c, int ranks_on_gpu, bool& measured) {
   const double latency = (rates.latency_us >= 0 ? rates.latency_us : kDefaultLatencyUs) * 1e-6;
   const double p = std::max(1, ranks_on_gpu);
-  const auto it = rates.host_staged.find(c.kind);
-  measured = it != rates.host_staged.end();
+  const HostStagedRate* h = host_staged_rate(rates, c.kind, c.group);
+  measured = h != nullptr;
   if (measured) {
     // The staging copies of every rank on the GPU share its link: measured with k ranks on it,
-    // the figure is k/p of itself with p ranks.
-    const double per_gpu = std::max(1, it->second.ranks_per_gpu);
-    const double gbps = it->second.bus_gbps * per_gpu / p;
+    // the figure is k/p of itself with p ranks (1 when the group's own size was measured on the
+    // whole job's ranks).
+    const double per_gpu = std::max(1, h->ranks_per_gpu);
+    const double gbps = h->bus_gbps * per_gpu / p;
     return bus_factor(c.kind, c.group) * c.bytes / (gbps * 1e9) + double(c.calls) * latency;
   }
   const double pcie = (rates.pcie_gbps > 0 ? rates.pcie_gbps : kDefaultPcieGbps) * 1e9;
@@ -92,8 +112,12 @@ nlohmann::json RatesTable::to_json() const {
   }
   if (!host_staged.empty()) {
     j["host_staged"] = nlohmann::json::object();
-    for (const auto& [kind, h] : host_staged)
-      j["host_staged"][kind] = {{"bus_gbps", h.bus_gbps}, {"ranks", h.ranks}, {"ranks_per_gpu", h.ranks_per_gpu}};
+    for (const auto& [kind, v] : host_staged) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const HostStagedRate& h : v)
+        a.push_back({{"bus_gbps", h.bus_gbps}, {"ranks", h.ranks}, {"ranks_per_gpu", h.ranks_per_gpu}});
+      j["host_staged"][kind] = a;
+    }
   }
   if (latency_us >= 0) j["latency_us"] = latency_us;
   if (pcie_gbps > 0) j["pcie_gbps"] = pcie_gbps;
@@ -191,8 +215,9 @@ RatesTable parse_rates_table(const std::string& text, const std::string& file) {
   if (j.contains("host_staged")) {
     const nlohmann::json& c = j["host_staged"];
     if (!c.is_object()) rd.fail("host_staged", "must be an object");
-    for (const auto& [kind, e] : c.items()) {
-      const std::string f = "host_staged." + kind;
+    // A kind holds one figure per group size (an array), or one figure (an object: tables written
+    // before figures were kept per size).
+    const auto entry = [&](const nlohmann::json& e, const std::string& kind, const std::string& f) {
       HostStagedRate h;
       h.bus_gbps = rd.number(rd.at(e, "bus_gbps", f + ".bus_gbps"), f + ".bus_gbps", true);
       h.ranks = static_cast<int>(rd.number(rd.at(e, "ranks", f + ".ranks"), f + ".ranks", true));
@@ -201,7 +226,15 @@ RatesTable parse_rates_table(const std::string& text, const std::string& file) {
       if (h.ranks < 2 || h.ranks_per_gpu > h.ranks)
         rd.fail(f, "must have ranks >= 2 and ranks_per_gpu <= ranks, got ranks " + std::to_string(h.ranks) +
                        ", ranks_per_gpu " + std::to_string(h.ranks_per_gpu));
-      t.host_staged[kind] = h;
+      add_host_staged(t, kind, h);
+    };
+    for (const auto& [kind, e] : c.items()) {
+      const std::string f = "host_staged." + kind;
+      if (!e.is_array()) {
+        entry(e, kind, f);
+        continue;
+      }
+      for (size_t i = 0; i < e.size(); ++i) entry(e[i], kind, f + "[" + std::to_string(i) + "]");
     }
   }
   if (j.contains("latency_us")) t.latency_us = rd.number(j["latency_us"], "latency_us", false);
@@ -399,11 +432,20 @@ StepTime predict_step_time(const WorkLedger& work, const RatesTable& rates, int6
                         " x one rank's (one context at a time, no MPS); 'other' (host time) once, beside the "
                         "other ranks' kernels");
     if (staged_measured > 0) {
-      const HostStagedRate& h = rates.host_staged.begin()->second;
-      out.notes.push_back("collectives over MPI through host memory at the table's host_staged bus bandwidths "
-                          "(measured on " + std::to_string(h.ranks) + " ranks, " + std::to_string(h.ranks_per_gpu) +
-                          " on one GPU; scaled by that / " + std::to_string(shared) + ")");
-      if (h.ranks_per_gpu < 2)
+      std::set<std::pair<int, int>> sizes;  // (ranks, of them on one GPU) measured
+      int fewest_per_gpu = shared;
+      for (const auto& [kind, v] : rates.host_staged)
+        for (const HostStagedRate& h : v) sizes.insert({h.ranks, h.ranks_per_gpu});
+      std::string measured_on;
+      for (const auto& [ranks, per_gpu] : sizes) {
+        measured_on += (measured_on.empty() ? "" : "; ") + std::to_string(ranks) + " ranks, " +
+                       std::to_string(per_gpu) + " on one GPU";
+        fewest_per_gpu = std::min(fewest_per_gpu, per_gpu);
+      }
+      out.notes.push_back("collectives over MPI through host memory at the table's host_staged bus bandwidths for "
+                          "the group's size, else the nearest measured (measured on " + measured_on +
+                          "; scaled by the ranks on the GPU then / " + std::to_string(shared) + ")");
+      if (fewest_per_gpu < 2)
         out.notes.push_back("the host_staged figures were measured on ranks with a GPU each, not sharing one: "
                             "record them with mpirun -np N comm-bench --comm mpi --dtype fp32 --rates-out on one GPU");
     }

@@ -52,7 +52,10 @@ struct RatesTable {
   std::string device;
   std::vector<RatesMeasurement> measurements;
   std::map<std::string, double> bus_gbps;  // measured bus bandwidth by collective kind (GB/s), NCCL
-  std::map<std::string, HostStagedRate> host_staged;  // by kind: MPI through host memory (optional)
+  // By kind, one figure per communicator size measured (ascending ranks): MPI through host memory
+  // (optional). Host-side MPI reductions run on every rank's core at once, so a figure holds for its
+  // own group size only: the prediction takes the group's own, else the nearest (add_host_staged).
+  std::map<std::string, std::vector<HostStagedRate>> host_staged;
   double latency_us = -1;                  // per collective call; < 0: the default
   double pcie_gbps = -1;                   // host <-> device copies; < 0: the default
   nlohmann::json to_json() const;
@@ -121,6 +124,10 @@ double staged_copy_bytes(const std::string& kind, int n, double bytes);
 // · latency; without a measured figure, every rank's staging copies through the one GPU's link
 // (ranks_on_gpu · staged_copy_bytes / pcie) + calls · latency, the host-memory MPI copy left out.
 // `measured` says which (for the row's note).
+// Sets the host-staged figure of `kind` for h.ranks ranks (replacing one of that size).
+void add_host_staged(RatesTable& rates, const std::string& kind, const HostStagedRate& h);
+// The figure of `kind` measured with `group` ranks, else the nearest size measured; null if none.
+const HostStagedRate* host_staged_rate(const RatesTable& rates, const std::string& kind, int group);
 double host_staged_seconds(const RatesTable& rates, const CollectiveWork& c, int ranks_on_gpu, bool& measured);
 
 }  // namespace ulysses
