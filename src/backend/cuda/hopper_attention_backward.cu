@@ -111,6 +111,15 @@ __device__ __forceinline__ uint64_t desc_at(uint32_t saddr, uint32_t lbo, uint32
   return make_desc_sw128(a, lbo, sbo);
 }
 
+// Keeps register A operands live (unmoved, unreused) up to this point: an asynchronous wgmma reads
+// them until its wait.
+__device__ __forceinline__ void fence_a(uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
+
 // rows x D of a [.., ld] bf16 matrix into a swizzled tile at `dst` (shared address), rows at or
 // past `valid` zeroed; `tid` / `nt`: this thread among the copiers.
 template <int D>
@@ -335,6 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(dq);
+      fence_a(pa);  // the dK / dV wgmmas read them until the wait above
+      fence_a(sa);
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) {
         fence_regs(dv[hh]);
@@ -353,6 +364,8 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
       }
     } else {
       wgmma_wait<0>();
+      fence_a(pa);
+      fence_a(sa);
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) {
         fence_regs(dv[hh]);
