@@ -142,42 +142,14 @@ void preprocess(char* ws, const WorkspaceParts& w, const __nv_bfloat16* dout, co
   CUDA_CHECK_LAUNCH("attention_bwd_sufmin");
 }
 
-void convert_dq(__nv_bfloat16* dq, const float* dq_acc, int64_t n, float scale, cudaStream_t stream) {
-  if (n == 0) return;
-  const int64_t dq_blocks = std::min<int64_t>((n / 4 + 255) / 256, 132 * 16);
-  attention_bwd_dq_kernel<<<static_cast<unsigned>(dq_blocks), 256, 0, stream>>>(dq, dq_acc, n, scale);
-  CUDA_CHECK_LAUNCH("attention_bwd_dq");
-}
-
-}  // namespace attn_bwd
-
-size_t attention_backward_workspace_bytes(int64_t S, int64_t H, int64_t Hkv, int64_t d) {
-  attn_host::check_shapes("cuda::attention_backward_workspace_bytes", S, H, Hkv, d, 1.0);
-  const size_t total = workspace_layout(S, H, d).total;
-  ULY_CHECK(total == cuda_attention_backward_workspace_bytes(S, H, d),
-            "backend/cuda_attention_workspace.h disagrees with the workspace layout");
-  return total;
-}
-
-void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
-                        const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
-                        const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
-                        int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
-  attention_backward_block(dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H, Hkv, d, scale, workspace,
-                           workspace_bytes, stream);
-}
-
-void attention_backward_block(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
-                              const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
-                              const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t Sq,
-                              int64_t Sk, int64_t q0, int64_t k0, int64_t H, int64_t Hkv, int64_t d, double scale,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const char* op = "cuda::attention_backward";
-  attn_host::check_shapes(op, std::max(Sq, Sk), H, Hkv, d, scale);
-  attn_host::check_offsets(op, Sq, Sk, q0, k0);
-  if (Sq == 0 && Sk == 0) return;
-  const Workspace w = workspace_layout(Sq, H, d);
+attn::BwdParams checked_params(const char* op, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                               const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                               const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                               const int32_t* doc_start, int64_t Sq, int64_t Sk, int64_t q0, int64_t k0, int64_t H,
+                               int64_t Hkv, int64_t d, double scale, void* workspace, size_t workspace_bytes, int br,
+                               WorkspaceParts* w_out) {
+  const WorkspaceParts w = workspace_layout(Sq, H, d);
+  if (w_out) *w_out = w;
   ULY_CHECK(workspace != nullptr && workspace_bytes >= w.total,
             op << ": workspace of " << workspace_bytes << " bytes at " << workspace << " is too small; need "
                << w.total << " bytes (attention_backward_workspace_bytes(S=" << Sq << ", H=" << H
@@ -218,9 +190,52 @@ void attention_backward_block(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat1
   p.H = static_cast<int>(H);
   p.Hkv = static_cast<int>(Hkv);
   p.group = static_cast<int>(H / Hkv);
-  p.nqb = static_cast<int>((Sq + bwd_query_tile(d) - 1) / bwd_query_tile(d));
+  p.nqb = static_cast<int>((Sq + br - 1) / br);
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   p.scale = static_cast<float>(scale);
+  return p;
+}
+
+void convert_dq(__nv_bfloat16* dq, const float* dq_acc, int64_t n, float scale, cudaStream_t stream) {
+  if (n == 0) return;
+  const int64_t dq_blocks = std::min<int64_t>((n / 4 + 255) / 256, 132 * 16);
+  attention_bwd_dq_kernel<<<static_cast<unsigned>(dq_blocks), 256, 0, stream>>>(dq, dq_acc, n, scale);
+  CUDA_CHECK_LAUNCH("attention_bwd_dq");
+}
+
+}  // namespace attn_bwd
+
+size_t attention_backward_workspace_bytes(int64_t S, int64_t H, int64_t Hkv, int64_t d) {
+  attn_host::check_shapes("cuda::attention_backward_workspace_bytes", S, H, Hkv, d, 1.0);
+  const size_t total = workspace_layout(S, H, d).total;
+  ULY_CHECK(total == cuda_attention_backward_workspace_bytes(S, H, d),
+            "backend/cuda_attention_workspace.h disagrees with the workspace layout");
+  return total;
+}
+
+void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
+                        const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
+                        int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  attention_backward_block(dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H, Hkv, d, scale, workspace,
+                           workspace_bytes, stream);
+}
+
+void attention_backward_block(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                              const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
+                              const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t Sq,
+                              int64_t Sk, int64_t q0, int64_t k0, int64_t H, int64_t Hkv, int64_t d, double scale,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "cuda::attention_backward";
+  attn_host::check_shapes(op, std::max(Sq, Sk), H, Hkv, d, scale);
+  attn_host::check_offsets(op, Sq, Sk, q0, k0);
+  if (Sq == 0 && Sk == 0) return;
+  Workspace w;
+  const attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, Sq, Sk, q0, k0,
+                                                     H, Hkv, d, scale, workspace, workspace_bytes,
+                                                     bwd_query_tile(d), &w);
+  char* ws = static_cast<char*>(workspace);
   switch (d) {
     case 16: run_backward<16>(dq, p, out, w, ws, stream); break;
     case 32: run_backward<32>(dq, p, out, w, ws, stream); break;

@@ -39,6 +39,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_backward_parts.h"
+#include "backend/cuda/attention_backward_kernel.cuh"
 #include "backend/cuda/attention_device.cuh"
 #include "backend/cuda/attention_launch.h"
 #include "backend/cuda/check.h"
@@ -62,22 +63,9 @@ constexpr int kThreads = 384;      // 3 warpgroups
 constexpr int kProducerRegs = 24;  // setmaxnreg: 128 x 24 + 256 x 240 = 64512 <= 65536
 constexpr int kConsumerRegs = 240;
 
-struct Params {
-  bf16* dk;                  // [S, Hkv, D]
-  bf16* dv;                  // [S, Hkv, D]
-  float* dq_acc;             // [S, H, D] workspace, zeroed
-  const bf16* dout;          // [S, H, D]
-  const bf16* q;             // [S, H, D]
-  const bf16* k;             // [S, Hkv, D]
-  const bf16* v;             // [S, Hkv, D]
-  const float* lse;          // [H, S]
-  const float* dsum;         // [H, S] workspace
-  const int32_t* doc_start;  // [S]
-  const int32_t* qbmin;      // [nqb] workspace, blocks of kBR rows
-  const int32_t* sufmin;     // [nqb]
-  int S, H, Hkv, group, nqb;
-  float scale_log2, scale;
-};
+// attn::BwdParams (attention_backward_kernel.cuh), full form: Sq = Sk = S, no offsets, qbmin / sufmin
+// over query blocks of kBR rows.
+using Params = attn::BwdParams;
 
 template <int D, int NS>
 struct Tile {
@@ -152,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
   const uint32_t full_bar = base + T::bar_off, empty_bar = full_bar + NS * 8;
 
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, lane = tid % 32;
-  const int S = p.S;
+  const int S = p.Sq;
   const int kb = blockIdx.x, hk = blockIdx.y;
   const int k0 = kb * kBC;
   const int k_last = min(k0 + kBC - 1, S - 1);
@@ -331,20 +319,10 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
     fence_proxy_async();
     named_barrier_sync(1, 256);  // both consumers' dS^T written (and, two pairs back, read)
 
-    // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile read transposed).
-    if (c < T::kHalves) {
-      float dq[32];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBC / 16; ++kk) {
-        const uint32_t koff = base + T::k_off + (kk / 4) * T::kv_wg_bytes + c * (64 * 128) + (kk % 4) * (16 * 128);
-        wgmma_ss_m64n64k16_ta_tb(dq, desc_at(sds + kk * (16 * 128), 1024, 1024),
-                                 desc_at(koff, 1024, 1024), kk > 0 ? 1 : 0);
-      }
-      wgmma_commit();
+    // Waits for this warpgroup's wgmmas, then this warp is done with the stage.
+    auto release_stage = [&] {
       wgmma_wait<0>();
-      fence_regs(dq);
-      fence_a(pa);  // the dK / dV wgmmas read them until the wait above
+      fence_a(pa);  // the dK / dV wgmmas read them until the wait
       fence_a(sa);
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) {
@@ -352,7 +330,22 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
         fence_regs(dk[hh]);
       }
       __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);  // this warp is done with the stage
+      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+    };
+    // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile read transposed); d = 64:
+    // consumer 0 only.
+    if (c < T::kHalves) {
+      float dq[32];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBC / 16; ++kk) {
+        const uint32_t koff = base + T::k_off + (kk / 4) * T::kv_wg_bytes + c * (64 * 128) + (kk % 4) * (16 * 128);
+        wgmma_ss_m64n64k16_ta_tb(dq, desc_at(sds + kk * (16 * 128), 1024, 1024), desc_at(koff, 1024, 1024),
+                                 kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      release_stage();
+      fence_regs(dq);
       // Element 4n + e of dq: row q0 + jl + 8 (e / 2), column 64c + 8n + 2t + (e & 1).
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
@@ -363,16 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
         for (int nn = 0; nn < 8; ++nn) red_add_v2(dst + 8 * nn, dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
       }
     } else {
-      wgmma_wait<0>();
-      fence_a(pa);
-      fence_a(sa);
-#pragma unroll
-      for (int hh = 0; hh < T::kHalves; ++hh) {
-        fence_regs(dv[hh]);
-        fence_regs(dk[hh]);
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+      release_stage();
     }
   }
 
@@ -405,7 +389,7 @@ void launch(const Params& p, cudaStream_t stream) {
   auto kernel = hopper_attention_backward_kernel<D, NS>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(T::smem_bytes)));
-  const dim3 grid(static_cast<unsigned>((p.S + kBC - 1) / kBC), static_cast<unsigned>(p.Hkv));
+  const dim3 grid(static_cast<unsigned>((p.Sq + kBC - 1) / kBC), static_cast<unsigned>(p.Hkv));
   kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("hopper_attention_backward");
 }
@@ -428,44 +412,11 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
   if (S == 0) return;
-  const attn_bwd::WorkspaceParts w = attn_bwd::workspace_layout(S, H, d);
-  ULY_CHECK(workspace != nullptr && workspace_bytes >= w.total,
-            op << ": workspace of " << workspace_bytes << " bytes at " << workspace << " is too small; need "
-               << w.total << " bytes (attention_backward_workspace_bytes(S=" << S << ", H=" << H << ", Hkv=" << Hkv
-               << ", d=" << d << "))");
-  attn_host::check_ptr(workspace, "workspace", op);
-  attn_host::check_ptr(dq, "dq", op);
-  attn_host::check_ptr(dk, "dk", op);
-  attn_host::check_ptr(dv, "dv", op);
-  attn_host::check_ptr(dout, "dout", op);
-  attn_host::check_ptr(out, "out", op);
-  attn_host::check_ptr(q, "q", op);
-  attn_host::check_ptr(k, "k", op);
-  attn_host::check_ptr(v, "v", op);
-  ULY_CHECK(lse != nullptr && doc_start != nullptr, op << ": lse or doc_start is null");
-
+  attn_bwd::WorkspaceParts w;
+  const attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
+                                                     Hkv, d, scale, workspace, workspace_bytes, hopper_bwd::kBR, &w);
   char* ws = static_cast<char*>(workspace);
   attn_bwd::preprocess(ws, w, dout, out, doc_start, S, H, d, hopper_bwd::kBR, stream);
-  hopper_bwd::Params p{};
-  p.dk = dk;
-  p.dv = dv;
-  p.dq_acc = reinterpret_cast<float*>(ws + w.dq_acc);
-  p.dout = dout;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.lse = lse;
-  p.dsum = reinterpret_cast<const float*>(ws + w.dsum);
-  p.doc_start = doc_start;
-  p.qbmin = reinterpret_cast<const int32_t*>(ws + w.qbmin);
-  p.sufmin = reinterpret_cast<const int32_t*>(ws + w.sufmin);
-  p.S = static_cast<int>(S);
-  p.H = static_cast<int>(H);
-  p.Hkv = static_cast<int>(Hkv);
-  p.group = static_cast<int>(H / Hkv);
-  p.nqb = static_cast<int>((S + hopper_bwd::kBR - 1) / hopper_bwd::kBR);
-  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-  p.scale = static_cast<float>(scale);
   if (d == 128) hopper_bwd::launch<128>(p, stream);
   else hopper_bwd::launch<64>(p, stream);
   attn_bwd::convert_dq(dq, p.dq_acc, S * H * d, p.scale, stream);
