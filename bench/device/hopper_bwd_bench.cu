@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
       else if (a == "--impl" && i + 1 < argc) impl = argv[++i];
       else if (!a.empty() && a[0] != '-') sizes.push_back(std::atoll(a.c_str()));
       else {
-        std::fprintf(stderr, "usage: hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper|all] [S ...]\n");
+        std::fprintf(stderr,
+                     "usage: hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper|all] [S ...]\n");
         return 2;
       }
     }

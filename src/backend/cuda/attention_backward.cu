@@ -138,7 +138,8 @@ void preprocess(char* ws, const WorkspaceParts& w, const __nv_bfloat16* dout, co
   else
     attention_bwd_qbmin_kernel<64><<<blocks_for(nqb, "qbmin"), 256, 0, stream>>>(qbmin, doc_start, S32, nqb);
   CUDA_CHECK_LAUNCH("attention_bwd_qbmin");
-  attention_bwd_sufmin_kernel<<<1, kSufminThreads, 0, stream>>>(reinterpret_cast<int32_t*>(ws + w.sufmin), qbmin, nqb);
+  attention_bwd_sufmin_kernel<<<1, kSufminThreads, 0, stream>>>(reinterpret_cast<int32_t*>(ws + w.sufmin), qbmin,
+                                                                nqb);
   CUDA_CHECK_LAUNCH("attention_bwd_sufmin");
 }
 

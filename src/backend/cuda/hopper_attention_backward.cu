@@ -17,7 +17,7 @@
 //   warpgroups 1 and 2, consumers: warpgroup c owns keys 64c..64c+63 of the block, their K and V tiles
 //     loaded once by the whole CTA, and keeps their dK, dV rows (64 x d fp32) in registers. Per pair:
 //       S^T  = K_c Q^T           wgmma m64n64k16, A = K (smem, K-major), B = Q (smem, K-major)
-//       dP^T = V_c dO^T          same with V, dO
+//       dP^T = V_c dO^T          same with V, dO (its own commit group: it runs during P^T)
 //       P^T  = exp2(S^T scale log2e - lse log2e), masked (causal, documents, rows / keys past S)
 //       dS^T = P^T (dP^T - dsum)
 //       dV  += P^T dO            A = P^T from registers (bf16), B = dO (smem, MN-major: transposed)
@@ -258,6 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
       wgmma_ss_m64n64k16(st, desc_at(sk + koff, 16, 1024), desc_at(sq + koff, 16, 1024),
                          kk > 0 ? 1 : 0);
     }
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
@@ -265,21 +266,25 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
                          kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // S^T (the older group) done: P^T is computed while dP^T runs
     fence_regs(st);
-    fence_regs(dpt);
 
-    // st <- P^T (masked), dpt <- dS^T. Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1).
+    // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1).
 #pragma unroll
     for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qc = 8 * nn + 2 * t + (e & 1), i = q0 + qc, j = key0 + 8 * (e / 2);
         const bool ok = j >= c_lo[qc] && j <= i && j < S;
-        const float pv = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
-        st[4 * nn + e] = pv;
-        dpt[4 * nn + e] = pv * (dpt[4 * nn + e] - c_ds[qc]);
+        st[4 * nn + e] = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
       }
+    wgmma_wait<0>();
+    fence_regs(dpt);
+    // dpt <- dS^T = P^T (dP^T - dsum).
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * nn + e] = st[4 * nn + e] * (dpt[4 * nn + e] - c_ds[8 * nn + 2 * t + (e & 1)]);
     uint32_t pa[4][4], sa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
