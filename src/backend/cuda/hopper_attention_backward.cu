@@ -123,6 +123,17 @@ __device__ __forceinline__ void load_tile(uint32_t dst, int rows, const bf16* sr
   }
 }
 
+// acc = A B^T over d (one commit group's wgmmas, not committed): A [64 x D] at `a`, B [64 x D] at
+// `b`, both K-major swizzled tiles; a k16 step is 32 bytes inside the atom, 64 columns a half.
+template <int D>
+__device__ __forceinline__ void mma_kmajor(float (&acc)[32], uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
+    wgmma_ss_m64n64k16(acc, desc_at(a + koff, 16, 1024), desc_at(b + koff, 16, 1024), kk > 0 ? 1 : 0);
+  }
+}
+
 // Pair `it` of the CTA's walk: query head and query block.
 struct Pair {
   int h, qb;
@@ -252,19 +263,9 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
     // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 rows each).
     float st[32], dpt[32];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
-      wgmma_ss_m64n64k16(st, desc_at(sk + koff, 16, 1024), desc_at(sq + koff, 16, 1024),
-                         kk > 0 ? 1 : 0);
-    }
+    mma_kmajor<D>(st, sk, sq);
     wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
-      wgmma_ss_m64n64k16(dpt, desc_at(sv + koff, 16, 1024), desc_at(so + koff, 16, 1024),
-                         kk > 0 ? 1 : 0);
-    }
+    mma_kmajor<D>(dpt, sv, so);
     wgmma_commit();
     wgmma_wait<1>();  // S^T (the older group) done: P^T is computed while dP^T runs
     fence_regs(st);
