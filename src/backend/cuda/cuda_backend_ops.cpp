@@ -209,9 +209,25 @@ bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
   return ok;
 }
 
+bool CudaBackend::use_hopper_backward(const AttentionShape& shape) {
+  if (act_dtype_ != DType::BF16 || attention_kernels_ != AttentionKernels::Hopper || !hopper_backward_ ||
+      shape.S == 0)
+    return false;
+  std::string why;
+  const bool ok = shape.window == 0
+                      ? hopper_attention_backward_supported(shape.d, shape.H, shape.Hkv, &why)
+                      : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
+  const std::string choice = ok ? std::string("our Hopper (sm_90a wgmma) kernel")
+                                : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
+  if (attention_choices_logged_.insert("hopper backward: " + choice).second)
+    ULY_INFO("attention backward: " << choice);
+  return ok;
+}
+
 size_t CudaBackend::attention_workspace_bytes(const AttentionShape& s, bool backward) {
   if (act_dtype_ == DType::F32) return backward ? attention_backward_f32_workspace_bytes(s.S, s.H, s.Hkv, s.d) : 0;
   if (!backward && use_hopper_forward(s)) return 0;
+  if (backward && use_hopper_backward(s)) return attention_backward_workspace_bytes(s.S, s.H, s.Hkv, s.d);
   if (use_cudnn(s, backward)) return cudnn_->workspace_bytes(cudnn_problem(s, 1.0), backward);
   return backward ? attention_backward_workspace_bytes(s.S, s.H, s.Hkv, padded_head_dim(s.d)) : 0;
 }
@@ -275,6 +291,16 @@ void CudaBackend::attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, co
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
                                 {&dout, "dout"}, {&out, "out"}})
     need_aligned16(*t, op, name);
+  if (use_hopper_backward(shape)) {
+    const size_t ws = attention_backward_workspace_bytes(a.S, a.H, a.Hkv, a.d);
+    const Tensor workspace = attention_workspace(ws);
+    hopper_attention_backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
+                              ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
+                              ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k),
+                              ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv,
+                              a.d, scale, workspace.raw(), ws, stream_);
+    return;
+  }
   if (use_cudnn(shape, true)) {
     const Tensor workspace = attention_workspace(cudnn_->workspace_bytes(cudnn_problem(shape, scale), true));
     cudnn_->backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),

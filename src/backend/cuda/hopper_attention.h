@@ -4,12 +4,14 @@
 // ulysses::cuda::attention_forward (attention.h): query i sees keys j with doc_start[i] <= j <= i,
 // GQA with H % Hkv == 0, out [S, H, d] bf16, lse [H, S] float natural-log. Only the full form
 // (no block offsets, no window beyond what doc_start says) and d = 64 or 128; callers check
-// hopper_attention_supported and fall back to attention_forward elsewhere. The backward stays
-// attention_backward (or cuDNN's), which reads this kernel's out and lse. See docs/attention.md.
+// hopper_attention_supported and fall back to attention_forward elsewhere. The backward is
+// attention_backward (or cuDNN's), which reads this kernel's out and lse, or (opt-in) the Hopper
+// backward below. See docs/attention.md.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -36,5 +38,17 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,
                                       int variant);
+
+// The backward (hopper_attention_backward.cu; UNTESTED on a GPU when written): FlashAttention-3-style
+// warp-specialised wgmma kernel with attention_backward's arguments, semantics and workspace
+// (attention_backward_workspace_bytes(S, H, Hkv, d) bytes). Supported where the forward is.
+bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std::string* why = nullptr);
+
+// Arguments as attention_backward (attention.h). Throws an Error on an unsupported problem.
+void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                               const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
+                               const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
+                               int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace ulysses::cuda

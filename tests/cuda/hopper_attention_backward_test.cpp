@@ -1,0 +1,253 @@
+// The Hopper (sm_90a, wgmma) attention backward (hopper_attention_backward) against the fp32 GPU twin's
+// backward (attention_fp32.h, on the same bf16-rounded inputs and the twin's own forward) and beside
+// our FA2 backward (attention_backward, on the FA2 forward's out and lse, as the Hopper backward),
+// over sweeps of sequence lengths (1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
+// 32/8, 8/8), single and packed documents, d 128 and 64. Outputs and the workspace are poisoned before
+// every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty workspace.
+// Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1) through the Backend
+// interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_fp32.h"
+#include "backend/cuda/hopper_attention.h"
+#include "backend/documents.h"
+#include "core/error.h"
+#include "cuda/cuda_test_util.h"
+#include "test_util.h"
+
+namespace {
+
+using ulysses::cuda_test::DeviceBuffer;
+using bf16 = __nv_bfloat16;
+
+class HopperAttentionBackward : public ulysses::cuda_test::CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (HasFatalFailure()) return;
+    std::string why;
+    if (!ulysses::cuda::hopper_attention_backward_supported(128, 8, 8, &why))
+      GTEST_SKIP() << "Hopper backward: " << why;
+  }
+};
+
+// Documents for a sweep case: boundaries at S/3, a one-token document, one of 70 tokens, the rest.
+std::vector<int64_t> packed_lengths(int64_t S) {
+  if (S < 4) return {1};
+  return {std::max<int64_t>(S / 3, 1), 1, 70};
+}
+
+// ||x - ref|| / max(||ref||, 1e-5 sqrt(n)): relative, except where the reference gradient is ~0 (S = 1:
+// dS = P (dP - D) cancels to rounding noise) and an absolute floor far below the typical gradient
+// (~1e-2 per element for these inputs) applies. NaN or inf: infinity.
+double grad_error(const std::vector<float>& x, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(ref[i])) return INFINITY;
+    num += (double(x[i]) - ref[i]) * (double(x[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-5 * std::sqrt(double(x.size())));
+}
+
+struct Case {
+  int64_t S, H, Hkv, d;
+  std::vector<int64_t> doc_lens;  // empty: one document
+  double q_range = 1.0;           // larger: sharper softmax
+};
+
+void run_case(const Case& c, cudaStream_t stream) {
+  const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  SCOPED_TRACE("S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
+               " d=" + std::to_string(c.d) + " docs=" + std::to_string(c.doc_lens.size() + 1) +
+               " seed=" + std::to_string(seed));
+  const int64_t S = c.S, H = c.H, Hkv = c.Hkv, d = c.d;
+  const double scale = 1.0 / std::sqrt(double(d));
+  const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d), nl = size_t(H * S);
+  using ulysses::cuda_test::rounded;
+  const auto q = rounded<bf16>(ulysses::test::random_vector_f(nq, seed, -c.q_range, c.q_range));
+  const auto k = rounded<bf16>(ulysses::test::random_vector_f(nk, seed + 1, -1.0, 1.0));
+  const auto v = rounded<bf16>(ulysses::test::random_vector_f(nk, seed + 2, -1.0, 1.0));
+  const auto dout = rounded<bf16>(ulysses::test::random_vector_f(nq, seed + 3, -1.0, 1.0));
+  const auto doc = ulysses::cuda_test::doc_start_of_lengths(S, c.doc_lens);
+
+  DeviceBuffer<bf16> qb(nq), kb(nk), vb(nk), dob(nq), out_b(nq);
+  DeviceBuffer<bf16> dq_h(nq), dk_h(nk), dv_h(nk), dq_f(nq), dk_f(nk), dv_f(nk);
+  DeviceBuffer<float> qf(nq), kf(nk), vf(nk), dof(nq), out_ref(nq), lse_ref(nl), lse_b(nl);
+  DeviceBuffer<float> dq_r(nq), dk_r(nk), dv_r(nk);
+  DeviceBuffer<int32_t> ddoc{size_t(S)};
+  ulysses::cuda_test::upload(qb, q);
+  ulysses::cuda_test::upload(kb, k);
+  ulysses::cuda_test::upload(vb, v);
+  ulysses::cuda_test::upload(dob, dout);
+  ulysses::cuda_test::upload(qf, q);
+  ulysses::cuda_test::upload(kf, k);
+  ulysses::cuda_test::upload(vf, v);
+  ulysses::cuda_test::upload(dof, dout);
+  ulysses::cuda_test::upload_i32(ddoc, doc);
+  for (auto* b : {&dq_h, &dk_h, &dv_h, &dq_f, &dk_f, &dv_f}) b->poison();
+
+  const size_t ws_f32 = ulysses::cuda::attention_backward_f32_workspace_bytes(S, H, Hkv, d);
+  const size_t ws = ulysses::cuda::attention_backward_workspace_bytes(S, H, Hkv, d);
+  DeviceBuffer<float> wsf(ws_f32 / 4 + 1), wsb(ws / 4 + 1);
+  wsb.poison();
+
+  ulysses::cuda::attention_forward_f32(out_ref.get(), lse_ref.get(), qf.get(), kf.get(), vf.get(), ddoc.get(), S, H,
+                                       Hkv, d, scale, stream);
+  ulysses::cuda::attention_backward_f32(dq_r.get(), dk_r.get(), dv_r.get(), dof.get(), out_ref.get(), lse_ref.get(),
+                                        qf.get(), kf.get(), vf.get(), ddoc.get(), S, H, Hkv, d, scale, wsf.get(),
+                                        ws_f32, stream);
+  ulysses::cuda::attention_forward(out_b.get(), lse_b.get(), qb.get(), kb.get(), vb.get(), ddoc.get(), S, H, Hkv, d,
+                                   scale, stream);
+  ulysses::cuda::attention_backward(dq_f.get(), dk_f.get(), dv_f.get(), dob.get(), out_b.get(), lse_b.get(), qb.get(),
+                                    kb.get(), vb.get(), ddoc.get(), S, H, Hkv, d, scale, wsb.get(), ws, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  wsb.poison();
+  const auto ref_q = ulysses::cuda_test::download(dq_r), ref_k = ulysses::cuda_test::download(dk_r),
+             ref_v = ulysses::cuda_test::download(dv_r);
+  const auto fq = ulysses::cuda_test::download(dq_f), fk = ulysses::cuda_test::download(dk_f),
+             fv = ulysses::cuda_test::download(dv_f);
+  for (int run = 0; run < 2; ++run) {  // the second on the first's (dirty) workspace
+    SCOPED_TRACE("run " + std::to_string(run));
+    for (auto* b : {&dq_h, &dk_h, &dv_h}) b->poison();
+    ulysses::cuda::hopper_attention_backward(dq_h.get(), dk_h.get(), dv_h.get(), dob.get(), out_b.get(), lse_b.get(),
+                                             qb.get(), kb.get(), vb.get(), ddoc.get(), S, H, Hkv, d, scale, wsb.get(),
+                                             ws, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaGetLastError());
+    const auto hq = ulysses::cuda_test::download(dq_h), hk = ulysses::cuda_test::download(dk_h),
+               hv = ulysses::cuda_test::download(dv_h);
+    EXPECT_EQ(ulysses::cuda_test::count_nan(hq), 0u) << "dq: NaN or never-written elements";
+    EXPECT_EQ(ulysses::cuda_test::count_nan(hk), 0u) << "dk: NaN or never-written elements";
+    EXPECT_EQ(ulysses::cuda_test::count_nan(hv), 0u) << "dv: NaN or never-written elements";
+    const double eq = grad_error(hq, ref_q), ek = grad_error(hk, ref_k), ev = grad_error(hv, ref_v);
+    const double fq_e = grad_error(fq, ref_q), fk_e = grad_error(fk, ref_k), fv_e = grad_error(fv, ref_v);
+    const double xq = grad_error(hq, fq), xk = grad_error(hk, fk), xv = grad_error(hv, fv);
+    if (run == 0)
+      std::printf("  S=%-5lld H=%-2lld Hkv=%-2lld d=%-3lld docs=%zu  vs fp32: dq %.2e dk %.2e dv %.2e (fa2 %.2e %.2e "
+                  "%.2e); vs fa2: %.2e %.2e %.2e\n",
+                  (long long)S, (long long)H, (long long)Hkv, (long long)d, c.doc_lens.size() + 1, eq, ek, ev, fq_e,
+                  fk_e, fv_e, xq, xk, xv);
+    EXPECT_LE(eq, 2e-2) << "dq vs the fp32 twin (fa2: " << fq_e << ")";
+    EXPECT_LE(ek, 2e-2) << "dk vs the fp32 twin (fa2: " << fk_e << ")";
+    EXPECT_LE(ev, 2e-2) << "dv vs the fp32 twin (fa2: " << fv_e << ")";
+    EXPECT_LE(eq, std::max(2.0 * fq_e, 1e-2)) << "dq: well above fa2's error (" << fq_e << ")";
+    EXPECT_LE(ek, std::max(2.0 * fk_e, 1e-2)) << "dk: well above fa2's error (" << fk_e << ")";
+    EXPECT_LE(ev, std::max(2.0 * fv_e, 1e-2)) << "dv: well above fa2's error (" << fv_e << ")";
+  }
+}
+
+const std::vector<int64_t> kSizes = {1, 7, 64, 127, 128, 129, 300, 1000, 4097};
+const std::vector<std::pair<int64_t, int64_t>> kHeads = {{1, 1}, {4, 1}, {32, 8}, {8, 8}};
+
+void sweep(int64_t d, bool packed, cudaStream_t stream) {
+  for (int64_t S : kSizes)
+    for (auto [H, Hkv] : kHeads) {
+      run_case({S, H, Hkv, d, packed ? packed_lengths(S) : std::vector<int64_t>{}}, stream);
+      if (::testing::Test::HasFailure()) return;  // the first failing case is the useful one
+    }
+}
+
+// Small cases first (the memcheck run of bench/device/hopper_bwd.sh uses D128Small).
+TEST_F(HopperAttentionBackward, D128Small) { run_case({129, 2, 1, 128, {5, 1, 60}}, stream); }
+TEST_F(HopperAttentionBackward, D64Small) { run_case({129, 2, 1, 64, {5, 1, 60}}, stream); }
+TEST_F(HopperAttentionBackward, D128SharpSoftmax) { run_case({1000, 4, 2, 128, {450, 3}, 4.0}, stream); }
+TEST_F(HopperAttentionBackward, D128ManySmallDocuments) {
+  run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, stream);
+}
+TEST_F(HopperAttentionBackward, D128SingleDocumentSweep) { sweep(128, false, stream); }
+TEST_F(HopperAttentionBackward, D128PackedDocumentsSweep) { sweep(128, true, stream); }
+TEST_F(HopperAttentionBackward, D64SingleDocumentSweep) { sweep(64, false, stream); }
+TEST_F(HopperAttentionBackward, D64PackedDocumentsSweep) { sweep(64, true, stream); }
+
+// The engine's opt-in: with ULYSSES_ATTENTION=hopper and ULYSSES_HOPPER_BWD=1 the backend's forward
+// and backward run the Hopper kernels; both against the CPU backend, two packed documents.
+TEST_F(HopperAttentionBackward, BackendOptIn) {
+  using ulysses::DType;
+  using ulysses::Tensor;
+  auto set = [](const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    std::string saved = old ? old : "";
+    setenv(name, value, 1);
+    return std::make_pair(old != nullptr, saved);
+  };
+  const auto a = set("ULYSSES_ATTENTION", "hopper"), b = set("ULYSSES_HOPPER_BWD", "1");
+  std::unique_ptr<ulysses::Backend> gpu = ulysses::make_cuda_backend(0);
+  if (a.first) setenv("ULYSSES_ATTENTION", a.second.c_str(), 1);
+  else unsetenv("ULYSSES_ATTENTION");
+  if (b.first) setenv("ULYSSES_HOPPER_BWD", b.second.c_str(), 1);
+  else unsetenv("ULYSSES_HOPPER_BWD");
+  std::unique_ptr<ulysses::Backend> cpu = ulysses::make_cpu_backend();
+  const int64_t S = 700, H = 8, Hkv = 2, d = 128, split = 290;
+  const double scale = 1.0 / std::sqrt(double(d));
+  auto host = [&](const ulysses::Shape& shape, uint64_t seed) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    const auto v = ulysses::cuda_test::rounded<bf16>(
+        ulysses::test::random_vector_f(static_cast<size_t>(t.numel()), seed, -1.0, 1.0));
+    std::memcpy(t.raw(), v.data(), t.nbytes());
+    return t;
+  };
+  auto dev = [&](const Tensor& h) {
+    Tensor t = gpu->empty(h.shape(), DType::BF16);
+    gpu->copy(t, h);
+    return t;
+  };
+  auto to_host = [&](const Tensor& x) {
+    Tensor t = Tensor::empty(x.shape(), DType::F32);
+    gpu->copy(t, x);
+    return t;
+  };
+  std::vector<int32_t> ds(S);
+  for (int64_t i = 0; i < S; ++i) ds[i] = i < split ? 0 : static_cast<int32_t>(split);
+  const Tensor q = host({S, H, d}, 80), k = host({S, Hkv, d}, 81), v = host({S, Hkv, d}, 82),
+               dout = host({S, H, d}, 83);
+  Tensor gq = dev(q), gk = dev(k), gv = dev(v);
+  Tensor out = gpu->empty({S, H, d}, DType::BF16), lse = gpu->empty({H, S}, DType::F32);
+  const ulysses::Documents gdocs = ulysses::make_documents(*gpu, ds), cdocs = ulysses::make_documents(*cpu, ds);
+  gpu->attention_forward(out, lse, gq, gk, gv, gdocs, scale);
+  Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
+  cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
+  Tensor dq = gpu->empty({S, H, d}, DType::BF16), dk = gpu->empty({S, Hkv, d}, DType::BF16),
+         dv = gpu->empty({S, Hkv, d}, DType::BF16);
+  gpu->attention_backward(dq, dk, dv, dev(dout), out, lse, gq, gk, gv, gdocs, scale);
+  Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
+         rv = Tensor::empty({S, Hkv, d}, DType::F32);
+  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, cdocs, scale);
+  EXPECT_LE(ulysses::test::rel_error(to_host(dq), rq), 5e-2) << "dq";
+  EXPECT_LE(ulysses::test::rel_error(to_host(dk), rk), 5e-2) << "dk";
+  EXPECT_LE(ulysses::test::rel_error(to_host(dv), rv), 5e-2) << "dv";
+}
+
+TEST_F(HopperAttentionBackward, RefusesUnsupported) {
+  std::string why;
+  EXPECT_FALSE(ulysses::cuda::hopper_attention_backward_supported(96, 8, 8, &why));
+  EXPECT_NE(why.find("head_dim"), std::string::npos) << why;
+  EXPECT_FALSE(ulysses::cuda::hopper_attention_backward_supported(128, 6, 4, &why));
+  // Argument checks run before any device work, so null pointers are fine here.
+  EXPECT_THROW(ulysses::cuda::hopper_attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                        nullptr, nullptr, nullptr, 128, 4, 4, 96, 0.1, nullptr, 0,
+                                                        stream),
+               ulysses::Error);
+  EXPECT_THROW(ulysses::cuda::hopper_attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                        nullptr, nullptr, nullptr, 128, 4, 4, 128, 0.1, nullptr, 0,
+                                                        stream),
+               ulysses::Error);  // no workspace, null pointers
+}
+
+}  // namespace
