@@ -6,8 +6,8 @@
 //   warpgroup 0, producer: streams the K and V tiles of BC keys that the block's rows can see into
 //     a ring of NS shared-memory stages with cp.async (zero-filling keys past S), then fences them
 //     to the async proxy and arrives on the stage's `full` mbarrier; it waits on the stage's
-//     `empty` mbarrier before refilling it. (cp.async rather than TMA: no tensor map, no driver
-//     entry point, and our own zero-fill at the sequence end; TMA is the next step.)
+//     `empty` mbarrier before refilling it (variants 1 and 2; variant 3 loads with TMA instead,
+//     see below).
 //   warpgroups 1 and 2, consumers: each owns 64 query rows (its Q tile loaded once with cp.async),
 //     and per key block: S = Q K^T with wgmma m64n{BC}k16 (A = Q, B = K, both shared-memory
 //     descriptors, K-major), masking only where a block is not wholly visible (causal diagonal,
