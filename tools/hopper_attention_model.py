@@ -8,11 +8,14 @@ the PTX ISA's canonical 128-byte-swizzle layouts (K-major for Q and K; MN-major,
 for V) and compares with a float64 reference. A second part interleaves the producer and the 8
 consumer warps at random over the full/empty mbarrier protocol (parity waits) and checks that no
 stage is read before its block or overwritten while in use, and that nothing deadlocks.
-Both kernel variants: the numeric part runs variant 2's order too (O += P_{t-1} V_{t-1}, then the
-rescale by block t's alpha; its visible block range against the per-block test), and a third part
-steps variant 2's consumers turn by turn over the mbarriers and the two scheduling (named) barriers:
-no stale read, no early overwrite, no deadlock, no arrival left over, GEMMs issued in ping-pong order
-(and the deadlock 2 stages would have, which is why variant 2 has 3).
+All three kernel variants: the numeric part runs variant 2's order too (O += P_{t-1} V_{t-1}, then
+the rescale by block t's alpha; its visible block range against the per-block test), and variant 3's
+(variant 2's, with K and V written as a TMA box load with the 128-byte swizzle writes them: by the
+address bits, rows past S zero), and a third part steps variant 2's consumers turn by turn over the
+mbarriers and the two scheduling (named) barriers: no stale read, no early overwrite, no deadlock,
+no arrival left over, GEMMs issued in ping-pong order (and the deadlock 2 stages would have, which is
+why variant 2 has 3); then the same for variant 3's producer (one arrive.expect_tx per stage, the
+loads completing their bytes in any order), which has no such deadlock.
 What it cannot check: the hardware's reading of the descriptors, the proxy fences, timing.
   python3 tools/hopper_attention_model.py [seed]     (a few seconds)
 """
@@ -46,6 +49,17 @@ def load_tile(smem, dst, rows, D, src, valid):
 
 def swz(addr):  # 128B swizzle on byte addresses: bits [4:6] ^= bits [7:9]
     return addr ^ (((addr >> 7) & 7) << 4)
+
+def tma_tile(smem, dst, rows, D, src, valid):
+    # Variant 3: per 64-column half hh, a TMA box {64 columns, 1 head, rows} at dst + hh * rows * 128,
+    # CU_TENSOR_MAP_SWIZZLE_128B: box element (row r, column x) at the swizzled address of
+    # r * 128 + 2 x (dst 1024-byte aligned); rows past the tensor (>= valid) filled with zeros.
+    assert dst % 1024 == 0
+    for hh in range(D // 64):
+        for r in range(rows):
+            for x in range(64):
+                a = swz(dst + hh * rows * 128 + r * 128 + 2 * x)
+                smem[a // 2] = src[r, 64 * hh + x] if r < valid else 0
 
 def read_kmajor(smem, start, sbo, rows, k=16):
     # K-major SW128: element (row, kk) at start + (row//8)*SBO + (row%8)*128 + 2*kk, then swizzled
@@ -142,8 +156,9 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
                 s = it % NS
                 k0 = (kb_lo + it) * BC
                 sk = q_bytes + s * stage_bytes; sv = sk + kv_bytes
-                load_tile(smem, sk, BC, D, k[k0:, hk, :] if k0 < S else np.zeros((0, D)), S - k0)
-                load_tile(smem, sv, BC, D, v[k0:, hk, :] if k0 < S else np.zeros((0, D)), S - k0)
+                kv_load = tma_tile if variant == 3 else load_tile
+                kv_load(smem, sk, BC, D, k[k0:, hk, :] if k0 < S else np.zeros((0, D)), S - k0)
+                kv_load(smem, sv, BC, D, v[k0:, hk, :] if k0 < S else np.zeros((0, D)), S - k0)
                 for c in range(2):
                     st = state[c]
                     r0 = q0 + 64 * c
@@ -152,7 +167,7 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
                     wrow_max = min(r0 + 63, S - 1)
                     ks, ke = k0, k0 + BC - 1
                     sees = active and ke >= wlo_min and ks <= wrow_max
-                    if variant == 2:
+                    if variant >= 2:
                         a, n_vis = st['range']
                         assert sees == (a <= it < a + n_vis), "visible range differs from sees()"
                     if not sees:
@@ -200,7 +215,7 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
                                         sc[w, lane, 4 * n + 2 * hf + j] = val
                                         rs += val
                                 st['l'][w, lane, hf] = st['l'][w, lane, hf] * alpha + rs
-                                if variant == 2 and st['pa'] is not None:  # P_{t-1} V_{t-1} lands first
+                                if variant >= 2 and st['pa'] is not None:  # P_{t-1} V_{t-1} lands first
                                     alphas[w, lane, hf] = alpha
                                     continue
                                 for hh in range(halves):
@@ -215,7 +230,7 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
                                 pa[w, lane, kk, 3] = bf16([x[8 * kk + 6], x[8 * kk + 7]])
                     if variant == 1:
                         pv(st, pa, sv, smem, halves)
-                    else:  # O += P_{t-1} V_{t-1} (stage t - 1 still holds it), then O *= alpha_t; P_t kept
+                    else:  # variants 2, 3: O += P_{t-1} V_{t-1} (stage t - 1 still holds it), then O *= alpha_t; P_t kept
                         if st['pa'] is not None:
                             pv(st, st['pa'], st['sv_prev'], smem, halves)
                             for hh in range(halves):
@@ -281,7 +296,16 @@ def doc_of(S, lens):
     while pos < S: d[pos] = st; pos += 1
     return d
 
-for variant in (1, 2):
+# The TMA box layout is load_tile's (variant 3 loads K and V one way, Q the other).
+for D in (64, 128):
+    for valid in (0, 1, 7, 64, 127, 128, 300):
+        src = bf16(rng.uniform(-1, 1, (min(max(valid, 0), 128), D)))
+        a = np.full(BC * D, np.nan, np.float32); b = np.full(BC * D, np.nan, np.float32)
+        load_tile(a, 0, BC, D, src, valid); tma_tile(b, 0, BC, D, src, valid)
+        assert np.array_equal(a, b), "the TMA box layout differs from load_tile's"
+print("TMA 128-byte-swizzled box == load_tile's layout (d 64, 128; rows past S zero)")
+
+for variant in (1, 2, 3):
   for (S, H, Hkv, D, lens) in [(1, 1, 1, 64, []), (7, 2, 1, 64, [3]), (129, 2, 1, 128, [5, 1, 60]),
                                (300, 2, 2, 64, [100, 1, 70]), (260, 1, 1, 128, [])]:
     q = bf16(rng.uniform(-1, 1, (S, H, D))); k = bf16(rng.uniform(-1, 1, (S, Hkv, D))); v = bf16(rng.uniform(-1, 1, (S, Hkv, D)))
@@ -305,6 +329,20 @@ class Bar:
         if s.pending == 0: s.phase += 1; s.pending = s.count
     def done(s, parity): return (s.phase & 1) != parity  # phase with that parity completed (current phase = s.phase)
 # try_wait.parity P returns true iff the current phase parity != P (i.e. phase P completed)
+class TxBar(Bar):
+    """An mbarrier with a transaction count (variant 3's `full`): a phase completes once its arrivals
+    are in and the bytes expected by arrive.expect_tx have landed (complete_tx)."""
+    def __init__(s, count): super().__init__(count); s.tx = 0
+    def arrive(s, n=1, tx=0):
+        s.tx += tx; s.pending -= n
+        assert s.pending >= 0
+        s._complete()
+    def complete_tx(s, b):
+        s.tx -= b
+        assert s.tx >= 0
+        s._complete()
+    def _complete(s):
+        if s.pending == 0 and s.tx == 0: s.phase += 1; s.pending = s.count
 def producer(n_blocks, NS, full, empty, stage_block, landed, readers):
     """The producer warpgroup (both variants): fills stage it % NS with block it once its `empty`
     phase completed, signals block it - 1's `full` after issuing block it (cp.async.wait_group 1)."""
@@ -318,6 +356,27 @@ def producer(n_blocks, NS, full, empty, stage_block, landed, readers):
         if it > 0:
             full[(it - 1) % NS].arrive(128); yield
     full[(n_blocks - 1) % NS].arrive(128)
+LOADS = 4  # variant 3, d 128: K and V, two 64-column halves each; one unit of bytes per load
+def producer_tma(n_blocks, NS, full, empty, stage_block, landed, readers, inflight, done):
+    """Variant 3's producer thread: once stage it % NS is free, arrive.expect_tx on its `full`
+    (count 1) and issue the block's TMA loads; nothing waits for them."""
+    for it in range(n_blocks):
+        s, rnd_ = it % NS, it // NS
+        while not empty[s].done((rnd_ & 1) ^ 1): yield
+        assert readers[s] == 0, "overwrite while read"
+        stage_block[s] = it; landed[s] = 0
+        full[s].arrive(1, tx=LOADS); yield
+        for _ in range(LOADS): inflight.append(s); yield
+    done.append(True)
+def tma_engine(rnd, full, landed, inflight, done):
+    """The copy engine: completes the loads in flight in any order; a stage's block has landed once all
+    its loads did (before the last complete_tx, which may complete the phase)."""
+    while not (done and not inflight):
+        if inflight:
+            s = inflight.pop(rnd.randrange(len(inflight)))
+            landed[s] += 1
+            full[s].complete_tx(1)
+        yield
 def interleave(rnd, agents):
     """Steps the agents (generators) in a random order until all end; 'deadlock' if they never do."""
     steps = 0
@@ -351,11 +410,11 @@ class NamedBar:  # bar.sync / bar.arrive with a count of warps (256 threads = 8 
     def arrive(s):
         s.arrived += 1
         if s.arrived == s.count: s.arrived = 0; s.gen += 1  # a sync arriving in generation g waits for gen > g
-def run_v2(n_blocks, NS, ranges, seed):
-    """Variant 2: the consumers' turns (hopper_attention_forward_kernel_v2), warp by warp, over the
-    full / empty mbarriers and the two scheduling barriers. ranges[c] = (a, n_vis) of consumer c."""
+def run_v2(n_blocks, NS, ranges, seed, tma=False):
+    """Variant 2 (tma: variant 3): the consumers' turns (consume_v2), warp by warp, over the full /
+    empty mbarriers and the two scheduling barriers. ranges[c] = (a, n_vis) of consumer c."""
     rnd = random.Random(seed)
-    full = [Bar(128) for _ in range(NS)]; empty = [Bar(8) for _ in range(NS)]
+    full = [TxBar(1) if tma else Bar(128) for _ in range(NS)]; empty = [Bar(8) for _ in range(NS)]
     sched = [NamedBar(8), NamedBar(8)]
     stage_block = [None] * NS; landed = [False] * NS; readers = [0] * NS
     order = []  # (consumer, turn) of every GEMM issue, in issue order (warp 0 of each consumer)
@@ -365,7 +424,8 @@ def run_v2(n_blocks, NS, ranges, seed):
         def wait_full(t):
             s = t % NS
             while not full[s].done((t // NS) & 1): yield
-            assert stage_block[s] == t and landed[s], f"consumer {c} warp {w} read stage {s} holding {stage_block[s]}, wanted {t}"
+            assert stage_block[s] == t and landed[s] == (LOADS if tma else True), \
+                f"consumer {c} warp {w} read stage {s} holding {stage_block[s]}, wanted {t}"
         def turn(t, issue_s, issue_pv):
             if t < n: yield from wait_full(t)
             g = sched[c].gen; sched[c].arrive()
@@ -382,8 +442,13 @@ def run_v2(n_blocks, NS, ranges, seed):
         if c == 1: sched[0].arrive()
         for t in range(n + 1):
             yield from turn(t, a <= t < a + n_vis, a < t <= a + n_vis)
-    interleave(rnd, [producer(n_blocks, NS, full, empty, stage_block, landed, readers)] +
-               [consumer(w // 4, w % 4) for w in range(8)])
+    if tma:
+        inflight, done = [], []
+        producers = [producer_tma(n_blocks, NS, full, empty, stage_block, landed, readers, inflight, done),
+                     tma_engine(rnd, full, landed, inflight, done)]
+    else:
+        producers = [producer(n_blocks, NS, full, empty, stage_block, landed, readers)]
+    interleave(rnd, producers + [consumer(w // 4, w % 4) for w in range(8)])
     assert all(b.arrived == 0 for b in sched), "scheduling barrier left with arrivals"
     # ping-pong: turns alternate consumer 0, consumer 1 (among turns with GEMMs)
     turns = [(t, c) for c, t in order]
@@ -407,3 +472,14 @@ for n in range(1, 7):
             for seed in range(60): run_v2(n, NS, ranges, seed); n_cases += 1
 print(f"variant 2 protocol (turns, scheduling barriers, GEMMs in ping-pong order): ok ({n_cases} interleavings, "
       "1-6 blocks, 3 and 4 stages; 2 stages deadlock, as expected)")
+
+# Variant 3: consume_v2 unchanged, its `full` completed by the TMA bytes rather than by the producer
+# one block late, so 2 stages no longer wait in a circle (block t's `full` needs nothing released).
+n_cases = 0
+for n in range(1, 7):
+    for NS in (2, 3):
+        for ranges in [((0, n), (0, n)), ((0, n), (n, 0)), ((0, n), (min(1, n - 1), n - min(1, n - 1))),
+                       ((n - 1, 1), (0, n)), ((0, max(n - 1, 1)), (0, n))]:
+            for seed in range(60): run_v2(n, NS, ranges, seed, tma=True); n_cases += 1
+print(f"variant 3 protocol (variant 2's turns over a TMA producer: one arrive.expect_tx per stage, loads "
+      f"landing in any order): ok ({n_cases} interleavings, 1-6 blocks, 2 and 3 stages: no deadlock with 2)")

@@ -2,17 +2,17 @@
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
-// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper: variant 1, hopper2: variant 2),
+// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3: variants 1, 2, 3),
 // one after the other.
 //   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N]
-//                   [--impl cudnn|own|hopper|hopper2|both|all] [S ...]
-//   both: cudnn and own; all: cudnn, own, hopper and hopper2. default S: 8192 32768 131072; --ragged: cuDNN
+//                   [--impl cudnn|own|hopper|hopper2|hopper3|both|all] [S ...]
+//   both: cudnn and own; all: cudnn, own, hopper, hopper2 and hopper3. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
 // square, halved by the causal mask), backward 5 S^2 H d (2.5x forward), forward+backward 7 S^2 H d.
 // With --doc-len N the sequence is packed with documents of N tokens and the same formulas use
 // sum(len^2) for S^2. Forward, backward (alone, on the forward's outputs) and forward+backward are
-// timed separately. hopper, hopper2: forward only (its backward is attention_backward's, timed under own),
+// timed separately. hopper, hopper2, hopper3: forward only (its backward is attention_backward's, timed under own),
 // and its out / lse compared with own's forward on the same inputs (max |difference|), a check at
 // sizes the unit tests do not reach. Prints a table and one JSON line per size.
 #include <cuda_bf16.h>
@@ -109,8 +109,8 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  const bool cudnn = impl == "cudnn", hopper = impl == "hopper" || impl == "hopper2";
-  const int hopper_variant = impl == "hopper2" ? 2 : 1;
+  const bool cudnn = impl == "cudnn", hopper = impl == "hopper" || impl == "hopper2" || impl == "hopper3";
+  const int hopper_variant = impl == "hopper3" ? 3 : impl == "hopper2" ? 2 : 1;
   if (hopper) {
     std::string why;
     if (!ulysses::cuda::hopper_attention_supported(d, H, Hkv, &why)) {
@@ -216,8 +216,10 @@ int main(int argc, char** argv) {
       else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
       else sizes.push_back(std::atoll(argv[i]));
     }
-    if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "both" && impl != "all") {
-      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, hopper2, both (cudnn, own) or all\n");
+    if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "hopper3" &&
+        impl != "both" && impl != "all") {
+      std::fprintf(stderr,
+                   "attention_bench: --impl takes cudnn, own, hopper, hopper2, hopper3, both (cudnn, own) or all\n");
       return 2;
     }
     if (sizes.empty()) sizes = {8192, 32768, 131072};
@@ -229,7 +231,7 @@ int main(int argc, char** argv) {
     std::printf("%-7s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
                 "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)
-      for (const char* i : {"cudnn", "own", "hopper", "hopper2"})
+      for (const char* i : {"cudnn", "own", "hopper", "hopper2", "hopper3"})
         if (impl == i || impl == "all" || (impl == "both" && std::strncmp(i, "hopper", 6) != 0)) bench(S, set, i);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());

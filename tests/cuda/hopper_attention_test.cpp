@@ -3,8 +3,8 @@
 // sequence lengths (tile edges: 1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
 // 32/8, 8/8), single and packed documents (boundaries inside a 128-row tile, one-token documents).
 // Outputs are poisoned before every run, so an element the kernel never writes fails as NaN. Every
-// case runs for both kernel variants (hopper_attention_forward_variant 1 and 2; test names end in
-// /v1 and /v2). And the engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface,
+// case runs for every kernel variant (hopper_attention_forward_variant 1, 2 and 3; test names end
+// in /v1, /v2 and /v3). And the engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface,
 // forward and backward, with the variant ULYSSES_HOPPER_VARIANT names (default 1).
 // Fails without a GPU (CudaTest); skips on a GPU that is not sm_90 (the kernel is sm_90a only).
 #include <cuda_bf16.h>
@@ -46,7 +46,7 @@ class HopperAttention : public ulysses::cuda_test::CudaTest {
   }
 };
 
-// The sweeps and small cases, once per kernel variant (the parameter: 1 or 2).
+// The sweeps and small cases, once per kernel variant (the parameter: 1, 2 or 3).
 class HopperAttentionVariant : public HopperAttention, public ::testing::WithParamInterface<int> {};
 
 // Documents for a sweep case: none (one document), or boundaries at S/3 (inside a tile for most S), a
@@ -170,7 +170,7 @@ TEST_P(HopperAttentionVariant, D128ManySmallDocuments) {
   run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, GetParam(), stream);
 }
 
-INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionVariant, ::testing::Values(1, 2),
+INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionVariant, ::testing::Values(1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return "v" + std::to_string(info.param); });
 
 // The engine's opt-in: with ULYSSES_ATTENTION=hopper the backend's forward runs the Hopper kernel,
@@ -241,8 +241,8 @@ TEST_F(HopperAttention, RefusesUnsupported) {
                                                        128, 0.1, stream),
                ulysses::Error);  // null pointers
   EXPECT_THROW(ulysses::cuda::hopper_attention_forward_variant(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 128,
-                                                               4, 4, 128, 0.1, stream, 3),
-               ulysses::Error);  // no variant 3
+                                                               4, 4, 128, 0.1, stream, 4),
+               ulysses::Error);  // no variant 4
 }
 
 }  // namespace

@@ -29,11 +29,11 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 
 // The kernel variant the environment asks for, read once: ULYSSES_HOPPER_VARIANT=1 (or unset) is the
 // first version (the default), 2 the pipelined one (intra-warpgroup overlap of softmax and GEMMs,
-// ping-pong between the two consumer warpgroups, 3 stages; see docs/attention.md). Anything else
-// throws an Error naming the variable.
+// ping-pong between the two consumer warpgroups, 3 stages), 3 variant 2 with a TMA producer (K and V
+// through tensor maps; see docs/attention.md). Anything else throws an Error naming the variable.
 int hopper_attention_variant();
 
-// hopper_attention_forward with the variant given (1 or 2), for tests and benchmarks that run both.
+// hopper_attention_forward with the variant given (1, 2 or 3), for tests and benchmarks that run all.
 void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,

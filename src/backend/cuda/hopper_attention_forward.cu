@@ -6,8 +6,8 @@
 //   warpgroup 0, producer: streams the K and V tiles of BC keys that the block's rows can see into
 //     a ring of NS shared-memory stages with cp.async (zero-filling keys past S), then fences them
 //     to the async proxy and arrives on the stage's `full` mbarrier; it waits on the stage's
-//     `empty` mbarrier before refilling it. (cp.async rather than TMA: no tensor map, no driver
-//     entry point, and our own zero-fill at the sequence end; TMA is the next step.)
+//     `empty` mbarrier before refilling it (variants 1 and 2; variant 3 loads with TMA instead,
+//     see below).
 //   warpgroups 1 and 2, consumers: each owns 64 query rows (its Q tile loaded once with cp.async),
 //     and per key block: S = Q K^T with wgmma m64n{BC}k16 (A = Q, B = K, both shared-memory
 //     descriptors, K-major), masking only where a block is not wholly visible (causal diagonal,
@@ -15,11 +15,13 @@
 //     P to bf16 in registers and O += P V with wgmma m64n64k16 (A = P from registers, B = V from
 //     shared memory, transposed: V is stored key-major with d contiguous); then each warp
 //     arrives on the stage's `empty` mbarrier.
-// Two variants of the consumers' loop, chosen at run time (hopper_attention_variant,
-// ULYSSES_HOPPER_VARIANT): 1, consume_v1, as above, each key block's GEMMs and
-// softmax one after the other, 2 stages; 2, consume_v2, FA3's intra-warpgroup
-// overlap (the softmax of block t while P V of block t - 1 runs) and ping-pong between the two
-// consumers (named barriers order their GEMM issues), 3 stages. Both share every other piece
+// Three variants, chosen at run time (hopper_attention_variant, ULYSSES_HOPPER_VARIANT): 1,
+// consume_v1, as above, each key block's GEMMs and softmax one after the other, 2 stages; 2,
+// consume_v2, FA3's intra-warpgroup overlap (the softmax of block t while P V of block t - 1 runs)
+// and ping-pong between the two consumers (named barriers order their GEMM issues), 3 stages; 3,
+// variant 2's consumers with a TMA producer (produce_tma: one thread of the producer warpgroup
+// loads each stage's K and V with cp.async.bulk.tensor from tensor maps the host encodes, the
+// stage's `full` completing on the bytes landed), 3 stages. They share every other piece
 // (setup_block, produce, consumer_rows, issue_qk, softmax_block, pack_p, issue_pv, epilogue).
 // Shared-memory tiles use the 128-byte swizzle of wgmma's canonical layouts: a tile of R rows and D
 // columns is stored as D / 64 column halves of R rows x 128 bytes each, row r's 16-byte chunk c at
@@ -29,6 +31,9 @@
 // by 32 bytes inside the atom, the next 64 columns are the next half. V (MN-major, transposed):
 // one wgmma per 64-column half of d, so only one swizzle atom spans N and the only stride used is
 // the one between groups of 8 keys, 1024 bytes, given as both offsets.
+#include <cuda.h>  // CUtensorMap and its enums (types only: nothing links -lcuda)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -52,8 +57,16 @@ using attn::pack_bf16;
 
 constexpr int kBR = 128;              // query rows per CTA: 2 consumer warpgroups x 64
 constexpr int kThreads = 384;         // 3 warpgroups
-constexpr int kProducerRegs = 56;     // setmaxnreg: 128 x 56 + 256 x 224 = 168 x 384 (the launch bound's)
+// setmaxnreg: __launch_bounds__(384, 1) caps the kernel at 168 registers a thread (65536 / 384,
+// rounded down to a multiple of 8), so 168 x 384 = 64512 are allocated and the two budgets must sum
+// to that: 128 x 56 + 256 x 224 (variants 1 and 2, 128 cp.async threads), 128 x 24 + 256 x 240
+// (variant 3: one thread issues the TMA loads).
+constexpr int kProducerRegs = 56;
 constexpr int kConsumerRegs = 224;
+constexpr int kProducerRegsTma = 24;
+constexpr int kConsumerRegsTma = 240;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs == 168 * 384, "register budget");
+static_assert(128 * kProducerRegsTma + 256 * kConsumerRegsTma == 168 * 384, "register budget");
 
 struct Params {
   bf16* out;                 // [S, H, D]
@@ -116,9 +129,10 @@ struct Block {
 // Every thread: the block's row document starts (kIntMax for rows past S: they see nothing) into
 // s_doc, their per-warp min / max into s_red, the NS full / empty mbarriers initialised, then
 // __syncthreads and the key-block range.
+// full_count: the arrivals a `full` phase takes (128 producer threads; 1 for TMA, plus its bytes).
 template <int BC, int NS>
 __device__ __forceinline__ Block setup_block(const Params& p, int* s_doc, int* s_red, uint32_t full_bar,
-                                             uint32_t empty_bar) {
+                                             uint32_t empty_bar, uint32_t full_count) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int S = p.S;
   Block b;
@@ -142,7 +156,7 @@ __device__ __forceinline__ Block setup_block(const Params& p, int* s_doc, int* s
   }
   if (tid == 0) {
     for (int s = 0; s < NS; ++s) {
-      mbar_init(full_bar + 8 * s, 128);  // every producer thread, once its copies landed
+      mbar_init(full_bar + 8 * s, full_count);  // every producer thread once its copies landed (or TMA's)
       mbar_init(empty_bar + 8 * s, 8);   // every consumer warp, once done with the stage
     }
     mbar_init_fence();
@@ -183,6 +197,30 @@ __device__ __forceinline__ void produce(const Params& p, const Block& b, uint32_
     cp_async_wait<0>();
     fence_proxy_async();
     mbar_arrive(full_bar + 8 * ((b.n_blocks - 1) % NS));
+  }
+}
+
+// Variant 3's producer, one thread: per key block, once the stage is free, an arrival on its `full`
+// that expects the stage's bytes (K and V, BC rows x D columns each), then per tensor one TMA load
+// per 64-column half (a box of 64 columns x 1 head x BC rows, 128-byte swizzled: the layout
+// load_tile writes). Keys past S come back as zeros, and their bytes count all the same, so every
+// stage completes on stage_bytes. `full` completes when the bytes landed, whatever the producer
+// does next: no signal one block late, as the cp.async producer's.
+template <int D, int BC, int NS>
+__device__ __forceinline__ void produce_tma(const Block& b, uint32_t base, uint32_t full_bar, uint32_t empty_bar,
+                                            const CUtensorMap* tk, const CUtensorMap* tv) {
+  using T = Tile<D, BC, NS>;
+  for (int it = 0; it < b.n_blocks; ++it) {
+    const int s = it % NS, round = it / NS;
+    mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
+    const int k0 = (b.kb_lo + it) * BC;
+    const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes, fb = full_bar + 8 * s;
+    mbar_arrive_expect_tx(fb, T::stage_bytes);
+#pragma unroll
+    for (int hh = 0; hh < T::kHalves; ++hh) {
+      tma_load_3d(sk + hh * (BC * 128), tk, 64 * hh, b.hk, k0, fb);
+      tma_load_3d(sv + hh * (BC * 128), tv, 64 * hh, b.hk, k0, fb);
+    }
   }
 }
 
@@ -508,8 +546,9 @@ __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, cons
 
 // ---- The kernel: setup, the producer, the consumers' Q, then the variant's loop and the epilogue ----
 
+// tk, tv: variant 3's tensor maps (null for variants 1 and 2).
 template <int D, int BC, int NS, int V>
-__global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(const Params p) {
+__device__ __forceinline__ void forward_cta(const Params& p, const CUtensorMap* tk, const CUtensorMap* tv) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, BC, NS>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -520,15 +559,27 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(c
   int* s_red = reinterpret_cast<int*>(smem + T::red_off);
   const uint32_t full_bar = base + T::bar_off, empty_bar = full_bar + NS * 8;
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128;
-  const Block b = setup_block<BC, NS>(p, s_doc, s_red, full_bar, empty_bar);
+  if constexpr (V == 3) {
+    if (tid == 0) {
+      prefetch_tensormap(tk);
+      prefetch_tensormap(tv);
+    }
+  }
+  const Block b = setup_block<BC, NS>(p, s_doc, s_red, full_bar, empty_bar, V == 3 ? 1u : 128u);
 
   if (wg == 0) {
-    setmaxnreg_dec<kProducerRegs>();
-    produce<D, BC, NS>(p, b, base, full_bar, empty_bar, wtid);
+    if constexpr (V == 3) {
+      setmaxnreg_dec<kProducerRegsTma>();
+      if (wtid == 0) produce_tma<D, BC, NS>(b, base, full_bar, empty_bar, tk, tv);
+    } else {
+      setmaxnreg_dec<kProducerRegs>();
+      produce<D, BC, NS>(p, b, base, full_bar, empty_bar, wtid);
+    }
     return;
   }
 
-  setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (V == 3) setmaxnreg_inc<kConsumerRegsTma>();
+  else setmaxnreg_inc<kConsumerRegs>();
   const Rows r = consumer_rows<D, BC, NS>(p, b, base, s_doc, s_red, wg, wtid);
   float o[T::kHalves][32];
 #pragma unroll
@@ -544,6 +595,19 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(c
 #endif
 }
 
+template <int D, int BC, int NS, int V>
+__global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(const Params p) {
+  forward_cta<D, BC, NS, V>(p, nullptr, nullptr);
+}
+
+// Variant 3: the K and V tensor maps as kernel parameters (TMA reads them from parameter space).
+template <int D, int BC, int NS>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_attention_forward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tk,
+                                        const __grid_constant__ CUtensorMap tv) {
+  forward_cta<D, BC, NS, 3>(p, &tk, &tv);
+}
+
 template <int D, int NS, void (*Kernel)(Params)>
 void launch(const Params& p, cudaStream_t stream) {
   constexpr int BC = 128;
@@ -556,12 +620,61 @@ void launch(const Params& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
 }
 
-// Variant 1: 2 stages. Variant 2: 3 stages (d 128: Q 32 KB + 3 x 64 KB of K and V, 225.6 KB in all).
-constexpr int kStagesV1 = 2, kStagesV2 = 3;
+// cuTensorMapEncodeTiled from the driver the runtime loaded (cudaGetDriverEntryPointByVersion, the
+// 12.0 ABI), so that nothing links -lcuda; looked up once.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+    ULY_CHECK(e == cudaSuccess && q == cudaDriverEntryPointSuccess && f != nullptr,
+              "cuda::hopper_attention_forward: no cuTensorMapEncodeTiled in the driver (" << cudaGetErrorString(e)
+                                                                                          << ")");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The tensor map of a [S, Hkv, D] bf16 tensor (K or V) for variant 3: dims {D, Hkv, S} innermost
+// first, strides of dims 1 and 2 in bytes {2D, 2 Hkv D}, box {64, 1, BC}: 64 columns (128 bytes, the
+// 128-byte swizzle's span) of one head over BC keys, 128-byte swizzled, keys past S zero-filled.
+template <int D, int BC>
+CUtensorMap kv_tensor_map(const bf16* ptr, int S, int Hkv) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(Hkv), cuuint64_t(S)};
+  const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(Hkv) * D * 2};
+  const cuuint32_t box[3] = {64, 1, BC};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_tiled_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(ptr), dims, strides,
+                                       box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  ULY_CHECK(r == CUDA_SUCCESS, "cuda::hopper_attention_forward: cuTensorMapEncodeTiled failed (CUresult "
+                                   << int(r) << ", S = " << S << ", Hkv = " << Hkv << ", d = " << D << ")");
+  return m;
+}
+
+template <int D, int NS>
+void launch_tma(const Params& p, cudaStream_t stream) {
+  constexpr int BC = 128;
+  using T = Tile<D, BC, NS>;
+  constexpr auto kernel = hopper_attention_forward_tma_kernel<D, BC, NS>;
+  const CUtensorMap tk = kv_tensor_map<D, BC>(p.k, p.S, p.Hkv), tv = kv_tensor_map<D, BC>(p.v, p.S, p.Hkv);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(T::smem_bytes)));
+  const dim3 grid(static_cast<unsigned>((p.S + kBR - 1) / kBR), static_cast<unsigned>(p.H));
+  kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p, tk, tv);
+  CUDA_CHECK_LAUNCH("hopper_attention_forward");
+}
+
+// Variant 1: 2 stages. Variants 2 and 3: 3 stages (d 128: Q 32 KB + 3 x 64 KB of K and V, 225.6 KB
+// in all). Variant 3 would not deadlock with 2 (its `full` is not one block late; the model checks
+// it) but keeps 3 for slack: a TMA load of a stage starts only once both consumers released it.
+constexpr int kStagesV1 = 2, kStagesV2 = 3, kStagesV3 = 3;
 
 template <int D>
 void launch_variant(const Params& p, int variant, cudaStream_t stream) {
-  if (variant == 2)
+  if (variant == 3) launch_tma<D, kStagesV3>(p, stream);
+  else if (variant == 2)
     launch<D, kStagesV2, hopper_attention_forward_kernel<D, 128, kStagesV2, 2>>(p, stream);
   else launch<D, kStagesV1, hopper_attention_forward_kernel<D, 128, kStagesV1, 1>>(p, stream);
 }
@@ -595,10 +708,11 @@ int hopper_attention_variant() {
     const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
     if (v == nullptr || *v == '\0') return 1;
     const std::string s = v;
-    ULY_CHECK(s == "1" || s == "2", "ULYSSES_HOPPER_VARIANT=" << s
-                                        << ": takes 1 (the first Hopper forward, the default) or 2 (intra-warpgroup "
-                                           "overlap, ping-pong, 3 stages)");
-    return s == "1" ? 1 : 2;
+    ULY_CHECK(s == "1" || s == "2" || s == "3",
+              "ULYSSES_HOPPER_VARIANT=" << s
+                                        << ": takes 1 (the first Hopper forward, the default), 2 (intra-warpgroup "
+                                           "overlap, ping-pong, 3 stages) or 3 (variant 2 with a TMA producer)");
+    return s[0] - '0';
   }();
   return variant;
 }
@@ -615,7 +729,7 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,
                                       int variant) {
   const char* op = "cuda::hopper_attention_forward";
-  ULY_CHECK(variant == 1 || variant == 2, op << ": variant " << variant << " (1 or 2)");
+  ULY_CHECK(variant >= 1 && variant <= 3, op << ": variant " << variant << " (1, 2 or 3)");
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
   ULY_CHECK(hopper_attention_supported(d, H, Hkv, &why),

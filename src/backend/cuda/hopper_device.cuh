@@ -1,6 +1,6 @@
 // Hopper (sm_90a) building blocks of hopper_attention_forward.cu, as raw PTX: wgmma (warpgroup
 // matrix multiply, asynchronous), its shared-memory matrix descriptors, mbarriers, the
-// generic-to-async proxy fence, setmaxnreg and named barriers. Device code only, sm_90a only.
+// generic-to-async proxy fence, setmaxnreg, named barriers and TMA loads. Device code only, sm_90a only.
 //
 // wgmma accumulator layout (m64nNk16, fp32 D): warp w of the warpgroup holds rows 16w..16w+15;
 // with g = lane / 4, t = lane % 4, registers d[4i + 0..1] = D[16w + g][8i + 2t .. +1] and
@@ -95,6 +95,27 @@ HOPPER_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: 
 template <int N>
 HOPPER_DEV void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- TMA (cp.async.bulk.tensor), variant 3's producer ----
+// `tmap`: the generic address of a CUtensorMap kernel parameter (const __grid_constant__).
+HOPPER_DEV void prefetch_tensormap(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+// One arrival on `bar` that also adds `bytes` to the transactions its current phase waits for.
+HOPPER_DEV void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// The box of the 3-D tensor map at coordinates {c0, c1, c2} (innermost first) into shared memory at
+// `dst`, completing its bytes (the whole box's, out-of-bounds elements included: they land as zeros)
+// on mbarrier `bar`.
+HOPPER_DEV void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 
 // ---- wgmma wrappers (operand lists generated; bf16 inputs, fp32 accumulators) ----
