@@ -37,35 +37,8 @@
 
 namespace {
 
-// *out = max over i of |a[i] - b[i]| (bf16 or float; NaN counts as infinity); *out 0 on entry.
-template <class T>
-__global__ void max_abs_diff(const T* a, const T* b, int64_t n, float* out) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float d = fabsf(float(a[i]) - float(b[i]));
-    m = fmaxf(m, d == d ? d : INFINITY);
-  }
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
-}
-
-template <class T>
-float max_diff(const T* a, const T* b, int64_t n, float* scratch) {
-  CUDA_CHECK(cudaMemset(scratch, 0, sizeof(float)));
-  max_abs_diff<<<1024, 256>>>(a, b, n, scratch);
-  CUDA_CHECK_LAUNCH("max_abs_diff");
-  float h = 0;
-  CUDA_CHECK(cudaMemcpy(&h, scratch, sizeof(float), cudaMemcpyDeviceToHost));
-  return h;
-}
-
-template <class T>
-struct Buf {
-  T* p = nullptr;
-  explicit Buf(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
+using bench_util::Buf;
+using bench_util::max_diff;
 
 struct Settings {
   int64_t doc_len = 0, d = 128;

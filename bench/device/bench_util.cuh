@@ -1,5 +1,5 @@
-// What the device benchmarks share: random bf16 inputs, and the median time of a call
-// measured with CUDA events on one stream.
+// What the device benchmarks share: device buffers, random bf16 inputs, the largest difference of
+// two outputs, and the median time of a call measured with CUDA events on one stream.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -11,6 +11,38 @@
 #include "backend/cuda/check.h"
 
 namespace bench_util {
+
+// A device buffer of n elements (at least one), freed on scope exit.
+template <class T>
+struct Buf {
+  T* p = nullptr;
+  explicit Buf(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+// *out = max over i of |a[i] - b[i]| (bf16 or float; NaN counts as infinity); *out 0 on entry.
+template <class T>
+__global__ void max_abs_diff(const T* a, const T* b, int64_t n, float* out) {
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float d = fabsf(float(a[i]) - float(b[i]));
+    m = fmaxf(m, d == d ? d : INFINITY);
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
+}
+
+// max |a - b| over n elements, through `scratch` (one float of device memory).
+template <class T>
+float max_diff(const T* a, const T* b, int64_t n, float* scratch) {
+  CUDA_CHECK(cudaMemset(scratch, 0, sizeof(float)));
+  max_abs_diff<<<1024, 256>>>(a, b, n, scratch);
+  CUDA_CHECK_LAUNCH("max_abs_diff");
+  float h = 0;
+  CUDA_CHECK(cudaMemcpy(&h, scratch, sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
 
 // x[i] uniform in [-amp, amp] from a hash of (i, seed): the same values for the same seed.
 __global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed, float amp = 1.0f) {

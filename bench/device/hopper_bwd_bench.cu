@@ -30,33 +30,8 @@
 
 namespace {
 
-// *out = max over i of |a[i] - b[i]| (NaN counts as infinity); *out 0 on entry.
-__global__ void max_abs_diff_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n, float* out) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float d = fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i]));
-    m = fmaxf(m, d == d ? d : INFINITY);
-  }
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
-}
-
-float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n, float* scratch) {
-  CUDA_CHECK(cudaMemset(scratch, 0, sizeof(float)));
-  max_abs_diff_bf16<<<1024, 256>>>(a, b, n, scratch);
-  CUDA_CHECK_LAUNCH("max_abs_diff");
-  float h = 0;
-  CUDA_CHECK(cudaMemcpy(&h, scratch, sizeof(float), cudaMemcpyDeviceToHost));
-  return h;
-}
-
-template <class T>
-struct Buf {
-  T* p = nullptr;
-  explicit Buf(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
+using bench_util::Buf;
+using bench_util::max_diff;
 
 void bench(int64_t S, int64_t d, int reps_set, const std::string& impl) {
   const int64_t H = 32, Hkv = 8;

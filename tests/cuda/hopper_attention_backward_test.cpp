@@ -29,6 +29,7 @@
 #include "backend/documents.h"
 #include "core/error.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/hopper_engine_check.h"
 #include "test_util.h"
 
 namespace {
@@ -179,59 +180,8 @@ TEST_F(HopperAttentionBackward, D64PackedDocumentsSweep) { sweep(64, true, strea
 // The engine's opt-in: with ULYSSES_ATTENTION=hopper and ULYSSES_HOPPER_BWD=1 the backend's forward
 // and backward run the Hopper kernels; both against the CPU backend, two packed documents.
 TEST_F(HopperAttentionBackward, BackendOptIn) {
-  using ulysses::DType;
-  using ulysses::Tensor;
-  auto set = [](const char* name, const char* value) {
-    const char* old = std::getenv(name);
-    std::string saved = old ? old : "";
-    setenv(name, value, 1);
-    return std::make_pair(old != nullptr, saved);
-  };
-  const auto a = set("ULYSSES_ATTENTION", "hopper"), b = set("ULYSSES_HOPPER_BWD", "1");
-  std::unique_ptr<ulysses::Backend> gpu = ulysses::make_cuda_backend(0);
-  if (a.first) setenv("ULYSSES_ATTENTION", a.second.c_str(), 1);
-  else unsetenv("ULYSSES_ATTENTION");
-  if (b.first) setenv("ULYSSES_HOPPER_BWD", b.second.c_str(), 1);
-  else unsetenv("ULYSSES_HOPPER_BWD");
-  std::unique_ptr<ulysses::Backend> cpu = ulysses::make_cpu_backend();
-  const int64_t S = 700, H = 8, Hkv = 2, d = 128, split = 290;
-  const double scale = 1.0 / std::sqrt(double(d));
-  auto host = [&](const ulysses::Shape& shape, uint64_t seed) {
-    Tensor t = Tensor::empty(shape, DType::F32);
-    const auto v = ulysses::cuda_test::rounded<bf16>(
-        ulysses::test::random_vector_f(static_cast<size_t>(t.numel()), seed, -1.0, 1.0));
-    std::memcpy(t.raw(), v.data(), t.nbytes());
-    return t;
-  };
-  auto dev = [&](const Tensor& h) {
-    Tensor t = gpu->empty(h.shape(), DType::BF16);
-    gpu->copy(t, h);
-    return t;
-  };
-  auto to_host = [&](const Tensor& x) {
-    Tensor t = Tensor::empty(x.shape(), DType::F32);
-    gpu->copy(t, x);
-    return t;
-  };
-  std::vector<int32_t> ds(S);
-  for (int64_t i = 0; i < S; ++i) ds[i] = i < split ? 0 : static_cast<int32_t>(split);
-  const Tensor q = host({S, H, d}, 80), k = host({S, Hkv, d}, 81), v = host({S, Hkv, d}, 82),
-               dout = host({S, H, d}, 83);
-  Tensor gq = dev(q), gk = dev(k), gv = dev(v);
-  Tensor out = gpu->empty({S, H, d}, DType::BF16), lse = gpu->empty({H, S}, DType::F32);
-  const ulysses::Documents gdocs = ulysses::make_documents(*gpu, ds), cdocs = ulysses::make_documents(*cpu, ds);
-  gpu->attention_forward(out, lse, gq, gk, gv, gdocs, scale);
-  Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
-  cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
-  Tensor dq = gpu->empty({S, H, d}, DType::BF16), dk = gpu->empty({S, Hkv, d}, DType::BF16),
-         dv = gpu->empty({S, Hkv, d}, DType::BF16);
-  gpu->attention_backward(dq, dk, dv, dev(dout), out, lse, gq, gk, gv, gdocs, scale);
-  Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
-         rv = Tensor::empty({S, Hkv, d}, DType::F32);
-  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, cdocs, scale);
-  EXPECT_LE(ulysses::test::rel_error(to_host(dq), rq), 5e-2) << "dq";
-  EXPECT_LE(ulysses::test::rel_error(to_host(dk), rk), 5e-2) << "dk";
-  EXPECT_LE(ulysses::test::rel_error(to_host(dv), rv), 5e-2) << "dv";
+  ulysses::cuda_test::expect_engine_attention_matches_cpu(
+      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_BWD", "1"}}, 80, /*check_forward=*/false);
 }
 
 TEST_F(HopperAttentionBackward, RefusesUnsupported) {

@@ -29,6 +29,7 @@
 #include "backend/documents.h"
 #include "core/error.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/hopper_engine_check.h"
 #include "test_util.h"
 
 namespace {
@@ -177,55 +178,8 @@ INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionVariant, ::testing::Values(1, 2,
 // and its backward (as auto: cuDNN where it runs) reads that forward's out and lse; both against the
 // CPU backend on the same bf16-rounded inputs, two packed documents.
 TEST_F(HopperAttention, BackendOptInForwardAndBackward) {
-  using ulysses::Tensor;
-  using ulysses::DType;
-  const char* old = std::getenv("ULYSSES_ATTENTION");
-  const std::string saved = old ? old : "";
-  setenv("ULYSSES_ATTENTION", "hopper", 1);
-  std::unique_ptr<ulysses::Backend> gpu = ulysses::make_cuda_backend(0);
-  if (old) setenv("ULYSSES_ATTENTION", saved.c_str(), 1);
-  else unsetenv("ULYSSES_ATTENTION");
-  std::unique_ptr<ulysses::Backend> cpu = ulysses::make_cpu_backend();
-  const int64_t S = 700, H = 8, Hkv = 2, d = 128, split = 290;
-  const double scale = 1.0 / std::sqrt(double(d));
-  auto host = [&](const ulysses::Shape& shape, uint64_t seed) {  // bf16-rounded random values, float32 on the host
-    Tensor t = Tensor::empty(shape, DType::F32);
-    const auto v = ulysses::cuda_test::rounded<bf16>(
-        ulysses::test::random_vector_f(static_cast<size_t>(t.numel()), seed, -1.0, 1.0));
-    std::memcpy(t.raw(), v.data(), t.nbytes());
-    return t;
-  };
-  auto dev = [&](const Tensor& h) {
-    Tensor t = gpu->empty(h.shape(), DType::BF16);
-    gpu->copy(t, h);
-    return t;
-  };
-  auto to_host = [&](const Tensor& x) {
-    Tensor t = Tensor::empty(x.shape(), DType::F32);
-    gpu->copy(t, x);
-    return t;
-  };
-  std::vector<int32_t> ds(S);
-  for (int64_t i = 0; i < S; ++i) ds[i] = i < split ? 0 : static_cast<int32_t>(split);
-  const Tensor q = host({S, H, d}, 70), k = host({S, Hkv, d}, 71), v = host({S, Hkv, d}, 72),
-               dout = host({S, H, d}, 73);
-  Tensor gq = dev(q), gk = dev(k), gv = dev(v);
-  Tensor out = gpu->empty({S, H, d}, DType::BF16), lse = gpu->empty({H, S}, DType::F32);
-  const ulysses::Documents gdocs = ulysses::make_documents(*gpu, ds), cdocs = ulysses::make_documents(*cpu, ds);
-  gpu->attention_forward(out, lse, gq, gk, gv, gdocs, scale);
-  Tensor rout = Tensor::empty({S, H, d}, DType::F32), rlse = Tensor::empty({H, S}, DType::F32);
-  cpu->attention_forward(rout, rlse, q, k, v, cdocs, scale);
-  EXPECT_LE(ulysses::test::rel_error(to_host(out), rout), 2e-2) << "out";
-  EXPECT_LE(ulysses::test::rel_error(to_host(lse), rlse), 1e-3) << "lse";
-  Tensor dq = gpu->empty({S, H, d}, DType::BF16), dk = gpu->empty({S, Hkv, d}, DType::BF16),
-         dv = gpu->empty({S, Hkv, d}, DType::BF16);
-  gpu->attention_backward(dq, dk, dv, dev(dout), out, lse, gq, gk, gv, gdocs, scale);
-  Tensor rq = Tensor::empty({S, H, d}, DType::F32), rk = Tensor::empty({S, Hkv, d}, DType::F32),
-         rv = Tensor::empty({S, Hkv, d}, DType::F32);
-  cpu->attention_backward(rq, rk, rv, dout, rout, rlse, q, k, v, cdocs, scale);
-  EXPECT_LE(ulysses::test::rel_error(to_host(dq), rq), 5e-2) << "dq";
-  EXPECT_LE(ulysses::test::rel_error(to_host(dk), rk), 5e-2) << "dk";
-  EXPECT_LE(ulysses::test::rel_error(to_host(dv), rv), 5e-2) << "dv";
+  ulysses::cuda_test::expect_engine_attention_matches_cpu({{"ULYSSES_ATTENTION", "hopper"}}, 70,
+                                                          /*check_forward=*/true);
 }
 
 TEST_F(HopperAttention, RefusesUnsupported) {
