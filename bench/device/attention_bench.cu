@@ -3,10 +3,11 @@
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
 // forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3: variants 1, 2, 3),
-// one after the other.
+// one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2), the
+// pair to hold against cuDNN's forward + backward.
 //   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N]
-//                   [--impl cudnn|own|hopper|hopper2|hopper3|both|all] [S ...]
-//   both: cudnn and own; all: cudnn, own, hopper, hopper2 and hopper3. default S: 8192 32768 131072; --ragged: cuDNN
+//                   [--impl cudnn|own|hopper|hopper2|hopper3|ours|both|all] [S ...]
+//   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
 // square, halved by the causal mask), backward 5 S^2 H d (2.5x forward), forward+backward 7 S^2 H d.
@@ -83,8 +84,9 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   const bool cudnn = impl == "cudnn", hopper = impl == "hopper" || impl == "hopper2" || impl == "hopper3";
-  const int hopper_variant = impl == "hopper3" ? 3 : impl == "hopper2" ? 2 : 1;
-  if (hopper) {
+  const bool ours = impl == "ours";  // Hopper forward variant 3 + Hopper backward variant 2
+  const int hopper_variant = impl == "hopper3" || ours ? 3 : impl == "hopper2" ? 2 : 1;
+  if (hopper || ours) {
     std::string why;
     if (!ulysses::cuda::hopper_attention_supported(d, H, Hkv, &why)) {
       std::printf("%9lld %s: not supported: %s\n", (long long)S, impl.c_str(), why.c_str());
@@ -110,13 +112,16 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   Buf<unsigned char> cws(cudnn_ws);
   auto fwd = [&] {
     if (cudnn) attn->forward(out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
-    else if (hopper)
+    else if (hopper || ours)
       ulysses::cuda::hopper_attention_forward_variant(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream,
                                                       hopper_variant);
     else ulysses::cuda::attention_forward(out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
   };
   auto bwd = [&] {
     if (cudnn) attn->backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
+    else if (ours)
+      ulysses::cuda::hopper_attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv,
+                                               d, scale, ws.p, ws_bytes, stream, 2);
     else
       ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
                                         scale, ws.p, ws_bytes, stream);
@@ -125,7 +130,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   if (!hopper) bwd();
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::string check;
-  if (hopper) {  // the same forward by our FA2 kernel, element by element
+  if (hopper || ours) {  // the same forward by our FA2 kernel, element by element
     Buf<__nv_bfloat16> out2(nq);
     Buf<float> lse2{size_t(H * S)}, scratch(1);
     ulysses::cuda::attention_forward(out2.p, lse2.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d, scale, stream);
@@ -148,6 +153,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
                fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
   std::string form = cudnn    ? attn->form(p, true)
                      : hopper ? "hopper wgmma forward, variant " + std::to_string(hopper_variant) + check
+                     : ours   ? "hopper wgmma forward 3 + backward 2" + check
                               : "own kernels";
   if (cudnn && set.autotune)
     form += ", plans fwd " + std::to_string(attn->chosen_plan(p, false)) + "/" +
@@ -190,9 +196,9 @@ int main(int argc, char** argv) {
       else sizes.push_back(std::atoll(argv[i]));
     }
     if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "hopper3" &&
-        impl != "both" && impl != "all") {
-      std::fprintf(stderr,
-                   "attention_bench: --impl takes cudnn, own, hopper, hopper2, hopper3, both (cudnn, own) or all\n");
+        impl != "ours" && impl != "both" && impl != "all") {
+      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, hopper2, hopper3, ours, both (cudnn, "
+                           "own) or all\n");
       return 2;
     }
     if (sizes.empty()) sizes = {8192, 32768, 131072};
@@ -204,8 +210,9 @@ int main(int argc, char** argv) {
     std::printf("%-7s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
                 "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)
-      for (const char* i : {"cudnn", "own", "hopper", "hopper2", "hopper3"})
-        if (impl == i || impl == "all" || (impl == "both" && std::strncmp(i, "hopper", 6) != 0)) bench(S, set, i);
+      for (const char* i : {"cudnn", "own", "hopper", "hopper2", "hopper3", "ours"})
+        if (impl == i || impl == "all" || (impl == "both" && (std::strcmp(i, "cudnn") == 0 || std::strcmp(i, "own") == 0)))
+          bench(S, set, i);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 1;

@@ -2,10 +2,11 @@
 // backward (attention_fp32.h, on the same bf16-rounded inputs and the twin's own forward) and beside
 // our FA2 backward (attention_backward, on the FA2 forward's out and lse, as the Hopper backward),
 // over sweeps of sequence lengths (1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
-// 32/8, 8/8), single and packed documents, d 128 and 64. Outputs and the workspace are poisoned before
+// 32/8, 8/8), single and packed documents, d 128 and 64, for each variant (1: cp.async producer and
+// red.global dQ; 2: TMA loads and TMA-reduced dQ). Outputs and the workspace are poisoned before
 // every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty workspace.
 // Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
-// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1) through the Backend
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1 or 2) through the Backend
 // interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -47,6 +48,7 @@ class HopperAttentionBackward : public ulysses::cuda_test::CudaTest {
       GTEST_SKIP() << "Hopper backward: " << why;
   }
 };
+class HopperAttentionBackwardVariant : public HopperAttentionBackward, public ::testing::WithParamInterface<int> {};
 
 // Documents for a sweep case: boundaries at S/3, a one-token document, one of 70 tokens, the rest.
 std::vector<int64_t> packed_lengths(int64_t S) {
@@ -73,9 +75,9 @@ struct Case {
   double q_range = 1.0;           // larger: sharper softmax
 };
 
-void run_case(const Case& c, cudaStream_t stream) {
+void run_case(const Case& c, int variant, cudaStream_t stream) {
   const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  SCOPED_TRACE("S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
+  SCOPED_TRACE("variant " + std::to_string(variant) + " S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
                " d=" + std::to_string(c.d) + " docs=" + std::to_string(c.doc_lens.size() + 1) +
                " seed=" + std::to_string(seed));
   const int64_t S = c.S, H = c.H, Hkv = c.Hkv, d = c.d;
@@ -129,7 +131,7 @@ void run_case(const Case& c, cudaStream_t stream) {
     for (auto* b : {&dq_h, &dk_h, &dv_h}) b->poison();
     ulysses::cuda::hopper_attention_backward(dq_h.get(), dk_h.get(), dv_h.get(), dob.get(), out_b.get(), lse_b.get(),
                                              qb.get(), kb.get(), vb.get(), ddoc.get(), S, H, Hkv, d, scale, wsb.get(),
-                                             ws, stream);
+                                             ws, stream, variant);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaGetLastError());
     const auto hq = ulysses::cuda_test::download(dq_h), hk = ulysses::cuda_test::download(dk_h),
@@ -157,31 +159,41 @@ void run_case(const Case& c, cudaStream_t stream) {
 const std::vector<int64_t> kSizes = {1, 7, 64, 127, 128, 129, 300, 1000, 4097};
 const std::vector<std::pair<int64_t, int64_t>> kHeads = {{1, 1}, {4, 1}, {32, 8}, {8, 8}};
 
-void sweep(int64_t d, bool packed, cudaStream_t stream) {
+void sweep(int64_t d, bool packed, int variant, cudaStream_t stream) {
   for (int64_t S : kSizes)
     for (auto [H, Hkv] : kHeads) {
-      run_case({S, H, Hkv, d, packed ? packed_lengths(S) : std::vector<int64_t>{}}, stream);
+      run_case({S, H, Hkv, d, packed ? packed_lengths(S) : std::vector<int64_t>{}}, variant, stream);
       if (::testing::Test::HasFailure()) return;  // the first failing case is the useful one
     }
 }
 
 // Small cases first (the memcheck run of bench/device/hopper_bwd.sh uses D128Small).
-TEST_F(HopperAttentionBackward, D128Small) { run_case({129, 2, 1, 128, {5, 1, 60}}, stream); }
-TEST_F(HopperAttentionBackward, D64Small) { run_case({129, 2, 1, 64, {5, 1, 60}}, stream); }
-TEST_F(HopperAttentionBackward, D128SharpSoftmax) { run_case({1000, 4, 2, 128, {450, 3}, 4.0}, stream); }
-TEST_F(HopperAttentionBackward, D128ManySmallDocuments) {
-  run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, stream);
+TEST_P(HopperAttentionBackwardVariant, D128Small) { run_case({129, 2, 1, 128, {5, 1, 60}}, GetParam(), stream); }
+TEST_P(HopperAttentionBackwardVariant, D64Small) { run_case({129, 2, 1, 64, {5, 1, 60}}, GetParam(), stream); }
+TEST_P(HopperAttentionBackwardVariant, D128SharpSoftmax) {
+  run_case({1000, 4, 2, 128, {450, 3}, 4.0}, GetParam(), stream);
 }
-TEST_F(HopperAttentionBackward, D128SingleDocumentSweep) { sweep(128, false, stream); }
-TEST_F(HopperAttentionBackward, D128PackedDocumentsSweep) { sweep(128, true, stream); }
-TEST_F(HopperAttentionBackward, D64SingleDocumentSweep) { sweep(64, false, stream); }
-TEST_F(HopperAttentionBackward, D64PackedDocumentsSweep) { sweep(64, true, stream); }
+TEST_P(HopperAttentionBackwardVariant, D128ManySmallDocuments) {
+  run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, GetParam(), stream);
+}
+TEST_P(HopperAttentionBackwardVariant, D128SingleDocumentSweep) { sweep(128, false, GetParam(), stream); }
+TEST_P(HopperAttentionBackwardVariant, D128PackedDocumentsSweep) { sweep(128, true, GetParam(), stream); }
+TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false, GetParam(), stream); }
+TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
+INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
 
 // The engine's opt-in: with ULYSSES_ATTENTION=hopper and ULYSSES_HOPPER_BWD=1 the backend's forward
-// and backward run the Hopper kernels; both against the CPU backend, two packed documents.
+// and backward run the Hopper kernels; both against the CPU backend, two packed documents. The second:
+// the TMA forward (variant 3) and the TMA backward (variant 2) together.
 TEST_F(HopperAttentionBackward, BackendOptIn) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
       {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_BWD", "1"}}, 80, /*check_forward=*/false);
+}
+TEST_F(HopperAttentionBackward, BackendOptInTma) {
+  ulysses::cuda_test::expect_engine_attention_matches_cpu(
+      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "2"}}, 81,
+      /*check_forward=*/true);
 }
 
 TEST_F(HopperAttentionBackward, RefusesUnsupported) {

@@ -86,13 +86,13 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
                                            : AttentionKernels::Auto;
     }
     // A bad ULYSSES_HOPPER_VARIANT fails here rather than at the first forward.
-    if (attention_kernels_ == AttentionKernels::Hopper) hopper_attention_variant();
+    if (attention_kernels_ == AttentionKernels::Hopper) hopper_forward_ = hopper_attention_variant();
     if (const char* b = std::getenv("ULYSSES_HOPPER_BWD")) {
       const std::string v = b;
-      ULY_CHECK(v == "0" || v == "1" || v.empty(),
-                "ULYSSES_HOPPER_BWD=" << v << " is not 0 or 1 (1: with ULYSSES_ATTENTION=hopper, the backward on "
-                                      << "our sm_90a wgmma kernel too)");
-      hopper_backward_ = v == "1";
+      ULY_CHECK(v == "0" || v == "1" || v == "2" || v.empty(),
+                "ULYSSES_HOPPER_BWD=" << v << " is not 0, 1 or 2 (1 or 2: with ULYSSES_ATTENTION=hopper, the "
+                                      << "backward on that variant of our sm_90a wgmma kernel too)");
+      hopper_backward_ = v.empty() ? 0 : v[0] - '0';
     }
   } catch (...) {
     gemm_.reset();

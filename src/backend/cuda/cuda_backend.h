@@ -80,8 +80,8 @@ class CudaBackend : public Backend {
   // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
   // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it; =hopper runs the
   // forward on our sm_90a wgmma kernel where it takes the problem, everything else as auto (its
-  // variant from ULYSSES_HOPPER_VARIANT, checked at construction), and with ULYSSES_HOPPER_BWD=1
-  // the backward on our sm_90a backward kernel where it takes it); f32: ours.
+  // variant from ULYSSES_HOPPER_VARIANT, checked at construction), and with ULYSSES_HOPPER_BWD=1 or 2
+  // the backward on that variant of our sm_90a backward kernel where it takes it); f32: ours.
   void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Documents& docs, double scale) override;
   void attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& out,
@@ -136,7 +136,7 @@ class CudaBackend : public Backend {
   bool use_cudnn(const AttentionShape& shape, bool backward);
   // ULYSSES_ATTENTION=hopper and the Hopper forward (hopper_attention.h) takes this bf16 problem.
   bool use_hopper_forward(const AttentionShape& shape);
-  // ULYSSES_ATTENTION=hopper, ULYSSES_HOPPER_BWD=1 and the Hopper backward takes this bf16 problem
+  // ULYSSES_ATTENTION=hopper, ULYSSES_HOPPER_BWD=1|2 and the Hopper backward takes this bf16 problem
   // (it then uses our kernels' workspace, attention_backward_workspace_bytes).
   bool use_hopper_backward(const AttentionShape& shape);
   AttentionProblem cudnn_problem(const AttentionShape& shape, double scale) const;
@@ -154,7 +154,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<CublasLtGemm> gemm_;
   Tensor scalar_;     // one float64 on the device, for reductions
   enum class AttentionKernels { Auto, Cudnn, Own, Hopper } attention_kernels_ = AttentionKernels::Auto;
-  bool hopper_backward_ = false;  // ULYSSES_HOPPER_BWD=1: with =hopper, the backward too (untested kernel)
+  // ULYSSES_HOPPER_BWD=1 or 2: with =hopper, the backward too, on that variant of the Hopper backward
+  // (0: off).
+  int hopper_backward_ = 0;
+  int hopper_forward_ = 1;  // with =hopper: ULYSSES_HOPPER_VARIANT, read when the backend is made
   std::unique_ptr<CudnnAttention> cudnn_;  // made on the first bf16 attention call
   std::set<std::string> attention_choices_logged_;
 

@@ -203,21 +203,21 @@ bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
                       ? hopper_attention_supported(shape.d, shape.H, shape.Hkv, &why)
                       : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
   const std::string choice =
-      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_attention_variant())
+      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_forward_)
          : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper: " + choice).second) ULY_INFO("attention forward: " << choice);
   return ok;
 }
 
 bool CudaBackend::use_hopper_backward(const AttentionShape& shape) {
-  if (act_dtype_ != DType::BF16 || attention_kernels_ != AttentionKernels::Hopper || !hopper_backward_ ||
+  if (act_dtype_ != DType::BF16 || attention_kernels_ != AttentionKernels::Hopper || hopper_backward_ == 0 ||
       shape.S == 0)
     return false;
   std::string why;
   const bool ok = shape.window == 0
                       ? hopper_attention_backward_supported(shape.d, shape.H, shape.Hkv, &why)
                       : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
-  const std::string choice = ok ? std::string("our Hopper (sm_90a wgmma) kernel")
+  const std::string choice = ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_backward_)
                                 : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper backward: " + choice).second)
     ULY_INFO("attention backward: " << choice);
@@ -245,9 +245,10 @@ void CudaBackend::attention_forward_impl(Tensor& out, Tensor& lse, const Tensor&
   }
   need_aligned16(out, op, "out");
   if (use_hopper_forward(shape)) {
-    hopper_attention_forward(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
-                             ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
-                             ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale, stream_);
+    hopper_attention_forward_variant(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
+                                     ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
+                                     ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale, stream_,
+                                     hopper_forward_);
     return;
   }
   if (use_cudnn(shape, false)) {
@@ -298,7 +299,7 @@ void CudaBackend::attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, co
                               ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
                               ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k),
                               ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv,
-                              a.d, scale, workspace.raw(), ws, stream_);
+                              a.d, scale, workspace.raw(), ws, stream_, hopper_backward_);
     return;
   }
   if (use_cudnn(shape, true)) {

@@ -27,7 +27,8 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
                               const __nv_bfloat16* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv,
                               int64_t d, double scale, cudaStream_t stream);
 
-// The kernel variant the environment asks for, read once: ULYSSES_HOPPER_VARIANT=1 (or unset) is the
+// The kernel variant the environment asks for (read at each call; the CUDA backend reads it once, when
+// it is made): ULYSSES_HOPPER_VARIANT=1 (or unset) is the
 // first version (the default), 2 the pipelined one (intra-warpgroup overlap of softmax and GEMMs,
 // ping-pong between the two consumer warpgroups, 3 stages), 3 variant 2 with a TMA producer (K and V
 // through tensor maps; see docs/attention.md). Anything else throws an Error naming the variable.
@@ -45,10 +46,12 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
 bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std::string* why = nullptr);
 
 // Arguments as attention_backward (attention.h). Throws an Error on an unsupported problem.
+// `variant` 1: a cp.async producer, dQ accumulated by red.global.add from registers; 2: TMA loads of Q
+// and dO, dQ through shared memory and TMA reductions (docs/attention.md).
 void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                                int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
-                               size_t workspace_bytes, cudaStream_t stream);
+                               size_t workspace_bytes, cudaStream_t stream, int variant = 1);
 
 }  // namespace ulysses::cuda

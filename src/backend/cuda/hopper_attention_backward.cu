@@ -34,6 +34,8 @@
 // next 64 columns of d are the next half. MN-major operands (dO, Q and K as B, dS as transposed A):
 // a k16 step is 16 rows = 2048 bytes, one wgmma per 64-wide half of N (or M = 64), 1024 as both
 // offsets, as the forward's V.
+#include <cuda.h>  // CUtensorMap (types only: nothing links -lcuda)
+
 #include <algorithm>
 #include <string>
 
@@ -45,6 +47,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/hopper_attention.h"
 #include "backend/cuda/hopper_device.cuh"
+#include "backend/cuda/hopper_tensor_map.h"
 
 namespace ulysses::cuda {
 namespace hopper_bwd {
@@ -67,7 +70,7 @@ constexpr int kConsumerRegs = 240;
 // over query blocks of kBR rows.
 using Params = attn::BwdParams;
 
-template <int D, int NS>
+template <int D, int NS, int V>
 struct Tile {
   static constexpr int kHalves = D / 64;
   static constexpr int kv_wg_bytes = 64 * D * 2;         // one consumer's K (or V) rows
@@ -78,10 +81,17 @@ struct Tile {
   static constexpr int stage_bytes = 2 * q_tile_bytes;   // Q, dO
   static constexpr int ds_off = stage_off + NS * stage_bytes;  // dS^T [2 buffers][128 keys][128 B]
   static constexpr int ds_bytes = kBC * kBR * 2;
-  static constexpr int row_off = ds_off + 2 * ds_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
+  // Variant 2: dQ of a pair in fp32 for the TMA reduction, per buffer (2) and dQ-writing consumer
+  // (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
+  static constexpr int dq_box_bytes = kBR * 128;
+  static constexpr int dq_cons_bytes = 2 * dq_box_bytes;
+  static constexpr int dq_off = ds_off + 2 * ds_bytes;
+  static constexpr int dq_bytes = V == 2 ? 2 * kHalves * dq_cons_bytes : 0;
+  static constexpr int row_off = dq_off + dq_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
-  static constexpr int misc_off = bar_off + 2 * NS * 8;     // the pair range [1]
+  static constexpr int misc_off = bar_off + 2 * NS * 8;  // the pair range; variant 2: per stage its rows' largest doc_start
+  static_assert(NS <= 3, "misc holds 1 + NS ints");
   static constexpr size_t smem_bytes = 1024 + misc_off + 16;  // + alignment slack
   static_assert(D == 64 || D == 128, "head_dim");
   static_assert(smem_bytes <= 227 * 1024, "shared memory");
@@ -139,10 +149,65 @@ struct Pair {
   int h, qb;
 };
 
-template <int D, int NS>
-__global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(const Params p) {
+// Variant 2's producers. Thread 0 of the producer warpgroup: per pair, once the stage is free, an
+// arrival on its `full` expecting the stage's bytes (Q and dO, kBR rows x D each; rows past S are
+// zero-filled and count all the same), then one TMA load per 64-column half of each. Warp 1: the
+// rows' lse, dsum and doc_start (loaded before the wait, so their latency hides behind it) and their
+// largest doc_start (the consumers' test for a wholly visible pair), stored with plain shared stores
+// and an arrival per lane (released by it; the consumers read them after their acquiring wait).
+// `full` completes with 33 arrivals and the bytes.
+template <int D, int NS, int V, typename Walk>
+__device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, uint32_t base, unsigned char* smem,
+                                            uint32_t full_bar, uint32_t empty_bar, const CUtensorMap* tq,
+                                            const CUtensorMap* tdo, int wtid) {
+  using T = Tile<D, NS, V>;
+  const int S = p.Sq;
+  if (wtid == 0) {
+    walk([&](const Pair& pr, int s, int round) {
+      mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
+      const int q0 = pr.qb * kBR;
+      const uint32_t sq = base + T::stage_off + s * T::stage_bytes, so = sq + T::q_tile_bytes, fb = full_bar + 8 * s;
+      mbar_arrive_expect_tx(fb, T::stage_bytes);
+      tma_load_tile<D>(sq, kBR, tq, pr.h, q0, fb);
+      tma_load_tile<D>(so, kBR, tdo, pr.h, q0, fb);
+    });
+  } else if (wtid / 32 == 1) {
+    const int lane = wtid % 32;
+    walk([&](const Pair& pr, int s, int round) {
+      const int q0 = pr.qb * kBR;
+      float l[2], ds[2];
+      int lo[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const int i = q0 + lane + 32 * x;
+        const bool in = i < S;
+        l[x] = in ? p.lse[int64_t(pr.h) * S + i] : 0.f;
+        ds[x] = in ? p.dsum[int64_t(pr.h) * S + i] : 0.f;
+        lo[x] = in ? p.doc_start[i] : kIntMax;  // masks rows past S
+      }
+      const int lo_max = __reduce_max_sync(0xffffffffu, max(lo[0], lo[1]));
+      mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
+      if (lane == 0) reinterpret_cast<int*>(smem + T::misc_off)[1 + s] = lo_max;
+      float* prow = reinterpret_cast<float*>(smem + T::row_off + s * T::row_bytes);
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        prow[lane + 32 * x] = l[x];
+        prow[kBR + lane + 32 * x] = ds[x];
+        reinterpret_cast<int*>(prow)[2 * kBR + lane + 32 * x] = lo[x];
+      }
+      mbar_arrive(full_bar + 8 * s);
+    });
+  }
+}
+
+// One CTA of the backward. Variant 1: cp.async producer, dQ by red.global.add; variant 2 (tq, tdo,
+// tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
+// TMA reductions.
+template <int D, int NS, int V>
+__device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
+                                             const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = Tile<D, NS>;
+  using T = Tile<D, NS, V>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -178,7 +243,9 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
     }
     s_misc[0] = lo;
     for (int s = 0; s < NS; ++s) {
-      mbar_init(full_bar + 8 * s, 128);  // every producer thread, once its copies landed
+      // Variant 1: every producer thread, once its copies landed; 2: the TMA thread's expect_tx and
+      // the 32 lanes of the row warp.
+      mbar_init(full_bar + 8 * s, V == 2 ? 33 : 128);
       mbar_init(empty_bar + 8 * s, 8);   // every consumer warp, once done with the stage
     }
     mbar_init_fence();
@@ -193,6 +260,23 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
   if (wg == 0) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
+    if constexpr (V == 2) {
+      // The pairs in the consumers' order with their ring stage and round.
+      auto walk = [&](auto&& f) {
+        int n = 0;
+        int qm_next = total > 0 ? p.qbmin[pair(0).qb] : 0;  // one pair ahead, as the consumers
+        for (int it = 0; it < total; ++it) {
+          const Pair pr = pair(it);
+          const int qm = qm_next;
+          if (it + 1 < total) qm_next = p.qbmin[pair(it + 1).qb];
+          if (qm > k_last) continue;  // (only for non-contiguous doc_start)
+          f(pr, n % NS, n / NS);
+          ++n;
+        }
+      };
+      produce_tma<D, NS, V>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, wtid);
+      return;
+    }
     int n = 0;  // pairs loaded
     for (int it = 0; it < total; ++it) {
       const Pair pr = pair(it);
@@ -240,45 +324,54 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
   const uint32_t sk = base + T::k_off + c * T::kv_wg_bytes, sv = base + T::v_off + c * T::kv_wg_bytes;
   const int jl = 16 * wi + g;        // this thread's key rows within the consumer's 64: jl, jl + 8
   const int key0 = k0 + 64 * c + jl;  // their global indices: key0, key0 + 8
+  constexpr bool kTma = V == 2;  // TMA producer, dQ through shared memory and TMA reductions
 
   float dk[T::kHalves][32], dv[T::kHalves][32];
 #pragma unroll
   for (int hh = 0; hh < T::kHalves; ++hh)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dk[hh][i] = dv[hh][i] = 0.f;
+  float st[32], dpt[32];  // S^T, then P^T; dP^T, then dS^T
+  uint32_t pa[4][4], sa[4][4];
 
-  int n = 0;  // pairs consumed
-  for (int it = 0; it < total; ++it) {
-    const Pair pr = pair(it);
-    if (p.qbmin[pr.qb] > k_last) continue;
-    const int s = n % NS, round = n / NS, buf = n & 1;
-    ++n;
-    const int q0 = pr.qb * kBR;
-    const uint32_t sq = base + T::stage_off + s * T::stage_bytes, so = sq + T::q_tile_bytes;
+  auto stage_q = [&](int s) { return base + T::stage_off + s * T::stage_bytes; };
+  // S^T = K Q^T and dP^T = V dO^T of the pair in stage s (64 keys x 64 rows each), two commit groups.
+  auto issue_scores = [&](int s) {
+    wgmma_fence();
+    mma_kmajor<D>(st, sk, stage_q(s));
+    wgmma_commit();
+    mma_kmajor<D>(dpt, sv, stage_q(s) + T::q_tile_bytes);
+    wgmma_commit();
+  };
+  // From the scores in flight (exactly their two groups outstanding) to dV, dK issued (one commit
+  // group) and this consumer's dS^T in the shared tile `buf`, both consumers met at the barrier.
+  auto gradients = [&](int s, int q0, int buf) {
     const float* c_lse = reinterpret_cast<const float*>(smem + T::row_off + s * T::row_bytes);
     const float* c_ds = c_lse + kBR;
     const int* c_lo = reinterpret_cast<const int*>(c_lse + 2 * kBR);
-    mbar_wait(full_bar + 8 * s, round & 1);
-
-    // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 rows each).
-    float st[32], dpt[32];
-    wgmma_fence();
-    mma_kmajor<D>(st, sk, sq);
-    wgmma_commit();
-    mma_kmajor<D>(dpt, sv, so);
-    wgmma_commit();
     wgmma_wait<1>();  // S^T (the older group) done: P^T is computed while dP^T runs
     fence_regs(st);
-
-    // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1).
+    // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). Variant 2:
+    // no mask where every row of the pair sees every key of this consumer (all keys before the first
+    // row, the rows' largest document start, from the row warp, at or before the first key).
+    bool visible = false;
+    if constexpr (kTma) visible = k0 + 64 * c + 63 < q0 && s_misc[1 + s] <= k0 + 64 * c;
+    if (visible) {
 #pragma unroll
-    for (int nn = 0; nn < 8; ++nn)
+      for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qc = 8 * nn + 2 * t + (e & 1), i = q0 + qc, j = key0 + 8 * (e / 2);
-        const bool ok = j >= c_lo[qc] && j <= i && j < S;
-        st[4 * nn + e] = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
-      }
+        for (int e = 0; e < 4; ++e)
+          st[4 * nn + e] = fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[8 * nn + 2 * t + (e & 1)] * kLog2e);
+    } else {
+#pragma unroll
+      for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qc = 8 * nn + 2 * t + (e & 1), i = q0 + qc, j = key0 + 8 * (e / 2);
+          const bool ok = j >= c_lo[qc] && j <= i && j < S;
+          st[4 * nn + e] = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
+        }
+    }
     wgmma_wait<0>();
     fence_regs(dpt);
     // dpt <- dS^T = P^T (dP^T - dsum).
@@ -286,7 +379,6 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
     for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dpt[4 * nn + e] = st[4 * nn + e] * (dpt[4 * nn + e] - c_ds[8 * nn + 2 * t + (e & 1)]);
-    uint32_t pa[4][4], sa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -296,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
       }
 
     // dV += P^T dO, dK += dS^T Q (B operands MN-major: rows of the tile are the k dimension).
+    const uint32_t sq = stage_q(s), so = sq + T::q_tile_bytes;
 #pragma unroll
     for (int hh = 0; hh < T::kHalves; ++hh) {
       fence_regs(dv[hh]);
@@ -324,35 +417,58 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
       }
     fence_proxy_async();
     named_barrier_sync(1, 256);  // both consumers' dS^T written (and, two pairs back, read)
-
-    // Waits for this warpgroup's wgmmas, then this warp is done with the stage.
-    auto release_stage = [&] {
-      wgmma_wait<0>();
-      fence_a(pa);  // the dK / dV wgmmas read them until the wait
-      fence_a(sa);
+  };
+  // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile `buf` read transposed), one commit
+  // group; d = 64: consumer 0 only.
+  auto issue_dq = [&](float (&dq)[32], int buf) {
+    const uint32_t sds = base + T::ds_off + buf * T::ds_bytes;
+    wgmma_fence();
 #pragma unroll
-      for (int hh = 0; hh < T::kHalves; ++hh) {
-        fence_regs(dv[hh]);
-        fence_regs(dk[hh]);
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-    };
-    // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile read transposed); d = 64:
-    // consumer 0 only.
-    if (c < T::kHalves) {
-      float dq[32];
-      wgmma_fence();
+    for (int kk = 0; kk < kBC / 16; ++kk) {
+      const uint32_t koff = base + T::k_off + (kk / 4) * T::kv_wg_bytes + c * (64 * 128) + (kk % 4) * (16 * 128);
+      wgmma_ss_m64n64k16_ta_tb(dq, desc_at(sds + kk * (16 * 128), 1024, 1024), desc_at(koff, 1024, 1024),
+                               kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  // After the wait for the dV / dK group: this warp is done with stage s.
+  auto release_stage = [&](int s) {
+    fence_a(pa);  // the dK / dV wgmmas read them until the wait
+    fence_a(sa);
 #pragma unroll
-      for (int kk = 0; kk < kBC / 16; ++kk) {
-        const uint32_t koff = base + T::k_off + (kk / 4) * T::kv_wg_bytes + c * (64 * 128) + (kk % 4) * (16 * 128);
-        wgmma_ss_m64n64k16_ta_tb(dq, desc_at(sds + kk * (16 * 128), 1024, 1024), desc_at(koff, 1024, 1024),
-                                 kk > 0 ? 1 : 0);
+    for (int hh = 0; hh < T::kHalves; ++hh) {
+      fence_regs(dv[hh]);
+      fence_regs(dk[hh]);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+  };
+  // dQ (done) added to dq_acc. Element 4n + e of dq: row q0 + jl + 8 (e / 2), column 64c + 8n + 2t + (e & 1).
+  auto dq_out = [&](float (&dq)[32], const Pair& pr, int buf) {
+    fence_regs(dq);
+    const int q0 = pr.qb * kBR;
+    if constexpr (kTma) {
+      // Into this consumer's buffer `buf` as two 128-byte-swizzled boxes of 32 columns (column
+      // 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), then one
+      // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). The
+      // buffer is rewritten two pairs later, after that thread's wait for the reads of this
+      // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it.
+      const uint32_t sdq = base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes;
+#pragma unroll
+      for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          st_shared_v2_f32(sdq + (nn / 4) * T::dq_box_bytes + sw128(jl + 8 * hf, 2 * (nn % 4) + t / 2) + 8 * (t & 1),
+                           dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
+      fence_proxy_async();
+      named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
+      if (wtid == 0) {
+        tma_reduce_add_3d(tdq, 64 * c, pr.h, q0, sdq);
+        tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, q0, sdq + T::dq_box_bytes);
+        bulk_commit_group();
+        bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
       }
-      wgmma_commit();
-      release_stage();
-      fence_regs(dq);
-      // Element 4n + e of dq: row q0 + jl + 8 (e / 2), column 64c + 8n + 2t + (e & 1).
+    } else {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = q0 + jl + 8 * hf;
@@ -361,10 +477,41 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 #pragma unroll
         for (int nn = 0; nn < 8; ++nn) red_add_v2(dst + 8 * nn, dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
       }
+    }
+  };
+
+  // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
+  // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
+  int n = 0;  // pairs consumed
+  // qbmin of pair `it`, loaded one pair ahead (its global-load latency hides behind the pair before).
+  int qm_next = total > 0 ? p.qbmin[pair(0).qb] : 0;
+  for (int it = 0; it < total; ++it) {
+    const Pair pr = pair(it);
+    const int qm = qm_next;
+    if (it + 1 < total) qm_next = p.qbmin[pair(it + 1).qb];
+    if (qm > k_last) continue;
+    const int s = n % NS, round = n / NS, buf = n & 1;
+    ++n;
+    mbar_wait(full_bar + 8 * s, round & 1);
+    issue_scores(s);
+    gradients(s, pr.qb * kBR, buf);
+    if (c < T::kHalves) {
+      float dq[32];
+      issue_dq(dq, buf);
+      wgmma_wait<1>();  // dV, dK done: the stage is free while dQ (which reads only dS and K) runs
+      release_stage(s);
+      wgmma_wait<0>();
+      dq_out(dq, pr, buf);
     } else {
-      release_stage();
+      wgmma_wait<0>();
+      release_stage(s);
     }
   }
+
+  // The last reductions complete (their shared source lives until the CTA exits; the dq conversion
+  // kernel reads dq_acc next).
+  if constexpr (kTma)
+    if (c < T::kHalves && wtid == 0) bulk_wait_group<0>();
 
   // dK (times scale) and dV in bf16: element 4n + e of half hh is key key0 + 8 (e / 2), column
   // 64hh + 8n + 2t + (e & 1).
@@ -388,15 +535,43 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 #endif
 }
 
+template <int D, int NS>
+__global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(const Params p) {
+  backward_cta<D, NS, 1>(p, nullptr, nullptr, nullptr);
+}
+
+// Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
+template <int D, int NS, int V>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_attention_backward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tq,
+                                         const __grid_constant__ CUtensorMap tdo,
+                                         const __grid_constant__ CUtensorMap tdq) {
+  backward_cta<D, NS, V>(p, &tq, &tdo, &tdq);
+}
+
+// Both variants: 2 stages (variant 2 at d = 128 fills 226.5 KB of the 227 KB with its dQ buffers).
+constexpr int kStages = 2;
+
 template <int D>
-void launch(const Params& p, cudaStream_t stream) {
-  constexpr int NS = 2;
-  using T = Tile<D, NS>;
-  auto kernel = hopper_attention_backward_kernel<D, NS>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(T::smem_bytes)));
+void launch(const Params& p, int variant, cudaStream_t stream) {
+  const char* op = "cuda::hopper_attention_backward";
   const dim3 grid(static_cast<unsigned>((p.Sq + kBC - 1) / kBC), static_cast<unsigned>(p.Hkv));
-  kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
+  if (variant == 2) {
+    using T = Tile<D, kStages, 2>;
+    constexpr auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2>;
+    const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
+    const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
+    const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(T::smem_bytes)));
+    kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p, tq, tdo, tdq);
+  } else {
+    using T = Tile<D, kStages, 1>;
+    constexpr auto kernel = hopper_attention_backward_kernel<D, kStages>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(T::smem_bytes)));
+    kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
+  }
   CUDA_CHECK_LAUNCH("hopper_attention_backward");
 }
 
@@ -411,20 +586,21 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                                int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
-                               size_t workspace_bytes, cudaStream_t stream) {
+                               size_t workspace_bytes, cudaStream_t stream, int variant) {
   const char* op = "cuda::hopper_attention_backward";
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
+  ULY_CHECK(variant == 1 || variant == 2, op << ": variant " << variant << " (there are 1 and 2)");
   if (S == 0) return;
   attn_bwd::WorkspaceParts w;
   const attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
                                                      Hkv, d, scale, workspace, workspace_bytes, hopper_bwd::kBR, &w);
   char* ws = static_cast<char*>(workspace);
   attn_bwd::preprocess(ws, w, dout, out, doc_start, S, H, d, hopper_bwd::kBR, stream);
-  if (d == 128) hopper_bwd::launch<128>(p, stream);
-  else hopper_bwd::launch<64>(p, stream);
+  if (d == 128) hopper_bwd::launch<128>(p, variant, stream);
+  else hopper_bwd::launch<64>(p, variant, stream);
   attn_bwd::convert_dq(dq, p.dq_acc, S * H * d, p.scale, stream);
 }
 

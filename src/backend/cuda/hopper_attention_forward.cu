@@ -31,8 +31,7 @@
 // by 32 bytes inside the atom, the next 64 columns are the next half. V (MN-major, transposed):
 // one wgmma per 64-column half of d, so only one swizzle atom spans N and the only stride used is
 // the one between groups of 8 keys, 1024 bytes, given as both offsets.
-#include <cuda.h>  // CUtensorMap and its enums (types only: nothing links -lcuda)
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+#include <cuda.h>  // CUtensorMap (types only: nothing links -lcuda)
 
 #include <algorithm>
 #include <cstdlib>
@@ -43,6 +42,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/hopper_attention.h"
 #include "backend/cuda/hopper_device.cuh"
+#include "backend/cuda/hopper_tensor_map.h"
 
 namespace ulysses::cuda {
 namespace hopper {
@@ -216,11 +216,8 @@ __device__ __forceinline__ void produce_tma(const Block& b, uint32_t base, uint3
     const int k0 = (b.kb_lo + it) * BC;
     const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes, fb = full_bar + 8 * s;
     mbar_arrive_expect_tx(fb, T::stage_bytes);
-#pragma unroll
-    for (int hh = 0; hh < T::kHalves; ++hh) {
-      tma_load_3d(sk + hh * (BC * 128), tk, 64 * hh, b.hk, k0, fb);
-      tma_load_3d(sv + hh * (BC * 128), tv, 64 * hh, b.hk, k0, fb);
-    }
+    tma_load_tile<D>(sk, BC, tk, b.hk, k0, fb);
+    tma_load_tile<D>(sv, BC, tv, b.hk, k0, fb);
   }
 }
 
@@ -286,18 +283,30 @@ __device__ __forceinline__ void softmax_block(float (&sc)[BC / 2], int ks, int k
   const int t = threadIdx.x % 4;
   const bool full = ks >= r.wlo_max && ke <= r.r0 && ke < S;
   float mx[2] = {kNegInf, kNegInf};
+  // Two loops rather than one with the mask under `if (!full)`: ptxas turned that into predicated
+  // compares and selects executed (as no-ops) for every element of every block, 57.8% of the ALU
+  // pipe at 32K (Nsight Compute, 2026-12-06); as two loops it branches.
+  if (full) {
 #pragma unroll
-  for (int n = 0; n < BC / 8; ++n)
+    for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float x = sc[4 * n + e] * scale_log2;
-      if (!full) {
+      for (int e = 0; e < 4; ++e) {
+        const float x = sc[4 * n + e] * scale_log2;
+        sc[4 * n + e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+  } else {
+#pragma unroll
+    for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = sc[4 * n + e] * scale_log2;
         const int col = ks + 8 * n + 2 * t + (e & 1), row = r.rowA + 8 * (e / 2);
         if (col < r.lo[e / 2] || col > row || col >= S) x = kNegInf;
+        sc[4 * n + e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
       }
-      sc[4 * n + e] = x;
-      mx[e / 2] = fmaxf(mx[e / 2], x);
-    }
+  }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
@@ -620,37 +629,12 @@ void launch(const Params& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
 }
 
-// cuTensorMapEncodeTiled from the driver the runtime loaded (cudaGetDriverEntryPointByVersion, the
-// 12.0 ABI), so that nothing links -lcuda; looked up once.
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
-    ULY_CHECK(e == cudaSuccess && q == cudaDriverEntryPointSuccess && f != nullptr,
-              "cuda::hopper_attention_forward: no cuTensorMapEncodeTiled in the driver (" << cudaGetErrorString(e)
-                                                                                          << ")");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// The tensor map of a [S, Hkv, D] bf16 tensor (K or V) for variant 3: dims {D, Hkv, S} innermost
-// first, strides of dims 1 and 2 in bytes {2D, 2 Hkv D}, box {64, 1, BC}: 64 columns (128 bytes, the
-// 128-byte swizzle's span) of one head over BC keys, 128-byte swizzled, keys past S zero-filled.
+// The tensor map of a [S, Hkv, D] bf16 tensor (K or V) for variant 3: box {64, 1, BC}: 64 columns
+// (128 bytes, the 128-byte swizzle's span) of one head over BC keys, 128-byte swizzled, keys past S
+// zero-filled (hopper_tensor_map.h).
 template <int D, int BC>
 CUtensorMap kv_tensor_map(const bf16* ptr, int S, int Hkv) {
-  CUtensorMap m;
-  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(Hkv), cuuint64_t(S)};
-  const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(Hkv) * D * 2};
-  const cuuint32_t box[3] = {64, 1, BC};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(ptr), dims, strides,
-                                       box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ULY_CHECK(r == CUDA_SUCCESS, "cuda::hopper_attention_forward: cuTensorMapEncodeTiled failed (CUresult "
-                                   << int(r) << ", S = " << S << ", Hkv = " << Hkv << ", d = " << D << ")");
-  return m;
+  return hopper_tensor_map(ptr, 2, S, Hkv, D, 64, BC, "cuda::hopper_attention_forward");
 }
 
 template <int D, int NS>
@@ -704,17 +688,14 @@ bool hopper_attention_supported(int64_t d, int64_t H, int64_t Hkv, std::string* 
 }
 
 int hopper_attention_variant() {
-  static const int variant = [] {
-    const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
-    if (v == nullptr || *v == '\0') return 1;
-    const std::string s = v;
-    ULY_CHECK(s == "1" || s == "2" || s == "3",
-              "ULYSSES_HOPPER_VARIANT=" << s
-                                        << ": takes 1 (the first Hopper forward, the default), 2 (intra-warpgroup "
-                                           "overlap, ping-pong, 3 stages) or 3 (variant 2 with a TMA producer)");
-    return s[0] - '0';
-  }();
-  return variant;
+  const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
+  if (v == nullptr || *v == '\0') return 1;
+  const std::string s = v;
+  ULY_CHECK(s == "1" || s == "2" || s == "3",
+            "ULYSSES_HOPPER_VARIANT=" << s
+                                      << ": takes 1 (the first Hopper forward, the default), 2 (intra-warpgroup "
+                                         "overlap, ping-pong, 3 stages) or 3 (variant 2 with a TMA producer)");
+  return s[0] - '0';
 }
 
 void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,

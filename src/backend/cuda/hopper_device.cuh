@@ -118,6 +118,40 @@ HOPPER_DEV void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int 
       : "memory");
 }
 
+// A tile of `rows` rows x D columns of one head (rows row0 .., head `head` of the tensor map's
+// [rows, heads, D] bf16 tensor) into shared memory at `dst`: one TMA load per 64-column half, half hh
+// at dst + hh * rows * 128 (the 128-byte-swizzled layout of the kernels' tiles), all completing on `bar`.
+template <int D>
+HOPPER_DEV void tma_load_tile(uint32_t dst, int rows, const void* tmap, int head, int row0, uint32_t bar) {
+#pragma unroll
+  for (int hh = 0; hh < D / 64; ++hh) tma_load_3d(dst + hh * (rows * 128), tmap, 64 * hh, head, row0, bar);
+}
+
+// The shared-memory box at `src` added (fp32 .add) into the 3-D tensor map's box at {c0, c1, c2}
+// (innermost first; out-of-bounds elements are not written), as one bulk async-group operation of
+// this thread (bulk_commit_group, then bulk_wait_group_read / bulk_wait_group).
+HOPPER_DEV void tma_reduce_add_3d(const void* tmap, int c0, int c1, int c2, uint32_t src) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(src)
+      : "memory");
+}
+HOPPER_DEV void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+HOPPER_DEV void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Until at most N of this thread's bulk groups are incomplete (their global writes done).
+template <int N>
+HOPPER_DEV void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+HOPPER_DEV void st_shared_v2_f32(uint32_t saddr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(saddr), "f"(x), "f"(y) : "memory");
+}
+
 // ---- wgmma wrappers (operand lists generated; bf16 inputs, fp32 accumulators) ----
 // d (+)= A * B, m64n64k16: A [64 x 16] and B [64 x 16] (both K-major) from shared-memory
 // descriptors; scale_d = 0 overwrites d.
