@@ -5,7 +5,7 @@
 // Outputs are poisoned before every run, so an element the kernel never writes fails as NaN. Every
 // case runs for every kernel variant (hopper_attention_forward_variant 1, 2 and 3; test names end
 // in /v1, /v2 and /v3). And the engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface,
-// forward and backward, with the variant ULYSSES_HOPPER_VARIANT names (default 1).
+// forward and backward, with the variant ULYSSES_HOPPER_VARIANT names (default 3).
 // Fails without a GPU (CudaTest); skips on a GPU that is not sm_90 (the kernel is sm_90a only).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

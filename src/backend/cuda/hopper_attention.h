@@ -28,10 +28,10 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
                               int64_t d, double scale, cudaStream_t stream);
 
 // The kernel variant the environment asks for (read at each call; the CUDA backend reads it once, when
-// it is made): ULYSSES_HOPPER_VARIANT=1 (or unset) is the
-// first version (the default), 2 the pipelined one (intra-warpgroup overlap of softmax and GEMMs,
-// ping-pong between the two consumer warpgroups, 3 stages), 3 variant 2 with a TMA producer (K and V
-// through tensor maps; see docs/attention.md). Anything else throws an Error naming the variable.
+// it is made): ULYSSES_HOPPER_VARIANT=1 is the first version, 2 the pipelined one (intra-warpgroup
+// overlap of softmax and GEMMs, ping-pong between the two consumer warpgroups, 3 stages), 3 (or unset:
+// the default, the fastest) variant 2 with a TMA producer (K and V through tensor maps; see
+// docs/attention.md). Anything else throws an Error naming the variable.
 int hopper_attention_variant();
 
 // hopper_attention_forward with the variant given (1, 2 or 3), for tests and benchmarks that run all.

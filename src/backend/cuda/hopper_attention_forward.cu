@@ -689,12 +689,12 @@ bool hopper_attention_supported(int64_t d, int64_t H, int64_t Hkv, std::string* 
 
 int hopper_attention_variant() {
   const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
-  if (v == nullptr || *v == '\0') return 1;
+  if (v == nullptr || *v == '\0') return 3;
   const std::string s = v;
   ULY_CHECK(s == "1" || s == "2" || s == "3",
             "ULYSSES_HOPPER_VARIANT=" << s
-                                      << ": takes 1 (the first Hopper forward, the default), 2 (intra-warpgroup "
-                                         "overlap, ping-pong, 3 stages) or 3 (variant 2 with a TMA producer)");
+                                      << ": takes 1 (the first Hopper forward), 2 (intra-warpgroup overlap, "
+                                         "ping-pong, 3 stages) or 3 (variant 2 with a TMA producer, the default)");
   return s[0] - '0';
 }
 
