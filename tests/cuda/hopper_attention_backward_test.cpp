@@ -73,13 +73,14 @@ struct Case {
   int64_t S, H, Hkv, d;
   std::vector<int64_t> doc_lens;  // empty: one document
   double q_range = 1.0;           // larger: sharper softmax
+  int64_t window = 0;             // > 0: a sliding window of that many keys, folded into doc_start
 };
 
 void run_case(const Case& c, int variant, cudaStream_t stream) {
   const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   SCOPED_TRACE("variant " + std::to_string(variant) + " S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
                " d=" + std::to_string(c.d) + " docs=" + std::to_string(c.doc_lens.size() + 1) +
-               " seed=" + std::to_string(seed));
+               " window=" + std::to_string(c.window) + " seed=" + std::to_string(seed));
   const int64_t S = c.S, H = c.H, Hkv = c.Hkv, d = c.d;
   const double scale = 1.0 / std::sqrt(double(d));
   const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d), nl = size_t(H * S);
@@ -88,7 +89,9 @@ void run_case(const Case& c, int variant, cudaStream_t stream) {
   const auto k = rounded<bf16>(ulysses::test::random_vector_f(nk, seed + 1, -1.0, 1.0));
   const auto v = rounded<bf16>(ulysses::test::random_vector_f(nk, seed + 2, -1.0, 1.0));
   const auto dout = rounded<bf16>(ulysses::test::random_vector_f(nq, seed + 3, -1.0, 1.0));
-  const auto doc = ulysses::cuda_test::doc_start_of_lengths(S, c.doc_lens);
+  auto doc = ulysses::cuda_test::doc_start_of_lengths(S, c.doc_lens);
+  if (c.window > 0)  // as make_documents folds a window: the first key row i sees
+    for (int64_t i = 0; i < S; ++i) doc[i] = std::max<int32_t>(doc[i], int32_t(std::max<int64_t>(i - c.window + 1, 0)));
 
   DeviceBuffer<bf16> qb(nq), kb(nk), vb(nk), dob(nq), out_b(nq);
   DeviceBuffer<bf16> dq_h(nq), dk_h(nk), dv_h(nk), dq_f(nq), dk_f(nk), dv_f(nk);
@@ -175,6 +178,15 @@ TEST_P(HopperAttentionBackwardVariant, D128SharpSoftmax) {
 }
 TEST_P(HopperAttentionBackwardVariant, D128ManySmallDocuments) {
   run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, GetParam(), stream);
+}
+// Sliding windows (Mistral's), folded into doc_start as the engine does: not yet passed to the Hopper
+// kernels by the engine (cuda_backend_ops.cpp) until these have run on a GPU.
+TEST_P(HopperAttentionBackwardVariant, D128SlidingWindow) {
+  run_case({1000, 4, 2, 128, {450, 3}, 1.0, 100}, GetParam(), stream);
+  run_case({2000, 8, 2, 128, {}, 1.0, 300}, GetParam(), stream);
+}
+TEST_P(HopperAttentionBackwardVariant, D64SlidingWindow) {
+  run_case({1500, 4, 1, 64, {700}, 1.0, 129}, GetParam(), stream);
 }
 TEST_P(HopperAttentionBackwardVariant, D128SingleDocumentSweep) { sweep(128, false, GetParam(), stream); }
 TEST_P(HopperAttentionBackwardVariant, D128PackedDocumentsSweep) { sweep(128, true, GetParam(), stream); }
