@@ -1,13 +1,16 @@
 // Hopper (sm_90a) causal attention backward, warp-specialised with wgmma, after the design of
 // FlashAttention-3's backward (Shah et al., arXiv 2407.08608); our own code. Same semantics,
 // arguments, workspace and outputs as attention_backward (attention.h). See docs/attention.md.
-// UNTESTED on a GPU when written.
+// Two variants of one kernel body (backward_cta<D, NS, V>): 1 as described below; 2 with a TMA
+// producer (produce_tma: Q, dO by one thread, the rows' data by one warp) and dQ stored to shared
+// memory and added to dq_acc by TMA reductions (dq_out), plus a mask-free path for wholly visible
+// pairs. Both correct on an H100 (2026-12-06); variant 2's fast path and later steps not yet.
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
 // workspace holds ceil(S / 32) entries for d = 128, so 64-row blocks fit), dq = bf16(scale * dq_acc).
 //
-// Main kernel: one CTA per (key block of BC = 128 keys, kv head), 3 warpgroups of 128 threads:
+// Main kernel (variant 1): one CTA per (key block of BC = 128 keys, kv head), 3 warpgroups of 128 threads:
 //   warpgroup 0, producer: for every (query head of the group, query block of BR = 64 rows) pair that
 //     can see the key block (from the block holding its first key up to the last one whose suffix-min
 //     doc_start reaches its last key, skipping blocks whose qbmin is past it), waits for a ring
