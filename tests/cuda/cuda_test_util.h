@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -135,6 +136,15 @@ inline std::vector<int32_t> doc_start_of_lengths(int64_t S, const std::vector<in
   }
   const int64_t start = pos;
   while (pos < S) doc[pos++] = static_cast<int32_t>(start);
+  return doc;
+}
+
+// doc_start with a sliding window of `window` keys folded in, as make_documents does: row i's first key
+// becomes the later of its document start and i - window + 1 (window 0: unchanged).
+inline std::vector<int32_t> with_window(std::vector<int32_t> doc, int64_t window) {
+  if (window > 0)
+    for (size_t i = 0; i < doc.size(); ++i)
+      doc[i] = std::max<int32_t>(doc[i], static_cast<int32_t>(std::max<int64_t>(int64_t(i) - window + 1, 0)));
   return doc;
 }
 

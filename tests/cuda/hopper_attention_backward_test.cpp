@@ -89,9 +89,7 @@ void run_case(const Case& c, int variant, cudaStream_t stream) {
   const auto k = rounded<bf16>(ulysses::test::random_vector_f(nk, seed + 1, -1.0, 1.0));
   const auto v = rounded<bf16>(ulysses::test::random_vector_f(nk, seed + 2, -1.0, 1.0));
   const auto dout = rounded<bf16>(ulysses::test::random_vector_f(nq, seed + 3, -1.0, 1.0));
-  auto doc = ulysses::cuda_test::doc_start_of_lengths(S, c.doc_lens);
-  if (c.window > 0)  // as make_documents folds a window: the first key row i sees
-    for (int64_t i = 0; i < S; ++i) doc[i] = std::max<int32_t>(doc[i], int32_t(std::max<int64_t>(i - c.window + 1, 0)));
+  const auto doc = ulysses::cuda_test::with_window(ulysses::cuda_test::doc_start_of_lengths(S, c.doc_lens), c.window);
 
   DeviceBuffer<bf16> qb(nq), kb(nk), vb(nk), dob(nq), out_b(nq);
   DeviceBuffer<bf16> dq_h(nq), dk_h(nk), dv_h(nk), dq_f(nq), dk_f(nk), dv_f(nk);

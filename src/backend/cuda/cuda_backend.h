@@ -157,7 +157,7 @@ class CudaBackend : public Backend {
   // ULYSSES_HOPPER_BWD=1 or 2: with =hopper, the backward too, on that variant of the Hopper backward
   // (0: off).
   int hopper_backward_ = 0;
-  int hopper_forward_ = 1;  // with =hopper: ULYSSES_HOPPER_VARIANT, read when the backend is made
+  int hopper_forward_ = 3;  // with =hopper: ULYSSES_HOPPER_VARIANT (default 3), read when the backend is made
   std::unique_ptr<CudnnAttention> cudnn_;  // made on the first bf16 attention call
   std::set<std::string> attention_choices_logged_;
 

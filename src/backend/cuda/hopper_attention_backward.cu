@@ -152,7 +152,7 @@ struct Pair {
   int h, qb;
 };
 
-// Variant 2's producers. Thread 0 of the producer warpgroup: per pair, once the stage is free, an
+// Variant 2's producers, over walk's pairs (f(pair, n)). Thread 0 of the producer warpgroup: per pair, once the stage is free, an
 // arrival on its `full` expecting the stage's bytes (Q and dO, kBR rows x D each; rows past S are
 // zero-filled and count all the same), then one TMA load per 64-column half of each. Warp 1: the
 // rows' lse, dsum and doc_start (loaded before the wait, so their latency hides behind it) and their
@@ -166,7 +166,8 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
   using T = Tile<D, NS, V>;
   const int S = p.Sq;
   if (wtid == 0) {
-    walk([&](const Pair& pr, int s, int round) {
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS;
       mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
       const int q0 = pr.qb * kBR;
       const uint32_t sq = base + T::stage_off + s * T::stage_bytes, so = sq + T::q_tile_bytes, fb = full_bar + 8 * s;
@@ -176,7 +177,8 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
     });
   } else if (wtid / 32 == 1) {
     const int lane = wtid % 32;
-    walk([&](const Pair& pr, int s, int round) {
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS;
       const int q0 = pr.qb * kBR;
       float l[2], ds[2];
       int lo[2];
@@ -259,24 +261,25 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   const int nq = max(s_misc[0] - qb_begin, 0);
   const int total = p.group * nq;  // pairs, before skipping blocks whose qbmin is past the keys
   auto pair = [&](int it) { return Pair{hk * p.group + it / nq, qb_begin + it % nq}; };
+  // Calls f(pair, n) for the pairs that see the keys, n counting them (variant 2's producers and both
+  // variants' consumers; variant 1's producer signals one pair late and walks on its own). qbmin is
+  // loaded one pair ahead: its global-load latency hides behind the pair before.
+  auto walk = [&](auto&& f) {
+    int n = 0;
+    int qm_next = total > 0 ? p.qbmin[pair(0).qb] : 0;
+    for (int it = 0; it < total; ++it) {
+      const Pair pr = pair(it);
+      const int qm = qm_next;
+      if (it + 1 < total) qm_next = p.qbmin[pair(it + 1).qb];
+      if (qm > k_last) continue;  // (only for non-contiguous doc_start)
+      f(pr, n++);
+    }
+  };
 
   if (wg == 0) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
     if constexpr (V == 2) {
-      // The pairs in the consumers' order with their ring stage and round.
-      auto walk = [&](auto&& f) {
-        int n = 0;
-        int qm_next = total > 0 ? p.qbmin[pair(0).qb] : 0;  // one pair ahead, as the consumers
-        for (int it = 0; it < total; ++it) {
-          const Pair pr = pair(it);
-          const int qm = qm_next;
-          if (it + 1 < total) qm_next = p.qbmin[pair(it + 1).qb];
-          if (qm > k_last) continue;  // (only for non-contiguous doc_start)
-          f(pr, n % NS, n / NS);
-          ++n;
-        }
-      };
       produce_tma<D, NS, V>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, wtid);
       return;
     }
@@ -485,16 +488,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 
   // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
   // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
-  int n = 0;  // pairs consumed
-  // qbmin of pair `it`, loaded one pair ahead (its global-load latency hides behind the pair before).
-  int qm_next = total > 0 ? p.qbmin[pair(0).qb] : 0;
-  for (int it = 0; it < total; ++it) {
-    const Pair pr = pair(it);
-    const int qm = qm_next;
-    if (it + 1 < total) qm_next = p.qbmin[pair(it + 1).qb];
-    if (qm > k_last) continue;
+  walk([&](const Pair& pr, int n) {
     const int s = n % NS, round = n / NS, buf = n & 1;
-    ++n;
     mbar_wait(full_bar + 8 * s, round & 1);
     issue_scores(s);
     gradients(s, pr.qb * kBR, buf);
@@ -509,7 +504,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       wgmma_wait<0>();
       release_stage(s);
     }
-  }
+  });
 
   // The last reductions complete (their shared source lives until the CTA exits; the dq conversion
   // kernel reads dq_acc next).
