@@ -190,7 +190,7 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
                             lo = [sdoc[64 * c + 16 * w + g], sdoc[64 * c + 16 * w + g + 8]]
                             for n in range(BC // 8):
                                 for e in range(4):
-                                    x = sc[w, lane, 4 * n + e] * scale_log2
+                                    x = sc[w, lane, 4 * n + e]  # raw: the max before the scale
                                     if not full:
                                         col = ks + 8 * n + 2 * t + (e & 1); row = rowA + 8 * (e // 2)
                                         if col < lo[e // 2] or col > row or col >= S:
@@ -204,14 +204,17 @@ def kernel(q, k, v, doc, S, H, Hkv, D, scale, variant=1):
                             mx[lane] = mx_q[base:base + 4].max(axis=0)
                         for lane in range(32):
                             for hf in range(2):
-                                m_new = max(st['m'][w, lane, hf], mx[lane, hf])
+                                # the running max moves only past a slack of 8 (P <= 2^8; alpha 1 otherwise)
+                                m_blk = np.float32(mx[lane, hf] * scale_log2)
+                                grow = m_blk > st['m'][w, lane, hf] + 8
+                                m_new = m_blk if grow else st['m'][w, lane, hf]
                                 b = 0.0 if m_new == -np.inf else m_new
-                                alpha = np.exp2(st['m'][w, lane, hf] - b)
+                                alpha = np.exp2(st['m'][w, lane, hf] - b) if grow else np.float32(1)
                                 st['m'][w, lane, hf] = m_new
                                 rs = 0.0
                                 for n in range(BC // 8):
                                     for j in (0, 1):
-                                        val = np.exp2(sc[w, lane, 4 * n + 2 * hf + j] - b)
+                                        val = np.exp2(np.float32(sc[w, lane, 4 * n + 2 * hf + j] * scale_log2 - b))
                                         sc[w, lane, 4 * n + 2 * hf + j] = val
                                         rs += val
                                 st['l'][w, lane, hf] = st['l'][w, lane, hf] * alpha + rs

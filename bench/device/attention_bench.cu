@@ -3,9 +3,9 @@
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
 // forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3: variants 1, 2, 3),
-// one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2), the
-// pair to hold against cuDNN's forward + backward.
-//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N]
+// one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2, or
+// --hopper-bwd V), the pair to hold against cuDNN's forward + backward.
+//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1|2|3]
 //                   [--impl cudnn|own|hopper|hopper2|hopper3|ours|both|all] [S ...]
 //   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
@@ -46,6 +46,7 @@ struct Settings {
   bool ragged = false;
   int reps = 0;           // timed runs (0: 7, or 3 from 128K tokens)
   bool autotune = false;  // cuDNN: time every plan of the heuristics on the first call, keep the fastest
+  int hopper_bwd = 2;     // ours: the Hopper backward's variant
 };
 
 void bench(int64_t S, const Settings& set, const std::string& impl) {
@@ -84,7 +85,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   const bool cudnn = impl == "cudnn", hopper = impl == "hopper" || impl == "hopper2" || impl == "hopper3";
-  const bool ours = impl == "ours";  // Hopper forward variant 3 + Hopper backward variant 2
+  const bool ours = impl == "ours";  // Hopper forward variant 3 + Hopper backward variant set.hopper_bwd
   const int hopper_variant = impl == "hopper3" || ours ? 3 : impl == "hopper2" ? 2 : 1;
   if (hopper || ours) {
     std::string why;
@@ -121,7 +122,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
     if (cudnn) attn->backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
     else if (ours)
       ulysses::cuda::hopper_attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv,
-                                               d, scale, ws.p, ws_bytes, stream, 2);
+                                               d, scale, ws.p, ws_bytes, stream, set.hopper_bwd);
     else
       ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
                                         scale, ws.p, ws_bytes, stream);
@@ -153,7 +154,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
                fb_tf = fb_flops / (fb_ms * 1e-3) / 1e12;
   std::string form = cudnn    ? attn->form(p, true)
                      : hopper ? "hopper wgmma forward, variant " + std::to_string(hopper_variant) + check
-                     : ours   ? "hopper wgmma forward 3 + backward 2" + check
+                     : ours   ? "hopper wgmma forward 3 + backward " + std::to_string(set.hopper_bwd) + check
                               : "own kernels";
   if (cudnn && set.autotune)
     form += ", plans fwd " + std::to_string(attn->chosen_plan(p, false)) + "/" +
@@ -193,6 +194,7 @@ int main(int argc, char** argv) {
       else if (std::strcmp(argv[i], "--autotune") == 0) set.autotune = true;
       else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) set.reps = std::atoi(argv[++i]);
       else if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) impl = argv[++i];
+      else if (std::strcmp(argv[i], "--hopper-bwd") == 0 && i + 1 < argc) set.hopper_bwd = std::atoi(argv[++i]);
       else sizes.push_back(std::atoll(argv[i]));
     }
     if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "hopper3" &&

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The Hopper (sm_90a, wgmma) attention backward on the GPU, both variants (1: cp.async producer,
-# red.global dQ; 2: TMA loads, TMA-reduced dQ): their tests, a memcheck of one small case each, then
-# the backward alone for cuDNN, our FA2 kernel and both Hopper variants at d = 128, 32 / 8 heads.
+# The Hopper (sm_90a, wgmma) attention backward on the GPU, all variants (1: cp.async producer,
+# red.global dQ; 2: TMA loads, TMA-reduced dQ; 3: 2 with the consumers coupled one pair late): their tests, a memcheck of one small case each, then
+# the backward alone for cuDNN, our FA2 kernel and the Hopper variants at d = 128, 32 / 8 heads.
 # Partial results are printed as they come; every step has its own timeout, the whole under about
 # 5 minutes.
 #   bash bench/device/hopper_bwd.sh BUILD     (BUILD: the carried GPU build directory, e.g. build-gpu)
@@ -23,13 +23,13 @@ if [ $r -eq 124 ]; then  # a hang: the longer steps would only hang too
 fi
 
 echo "== hopper_bwd: all Hopper backward tests"
-timeout 150 "$T" --gtest_color=no
+timeout 240 "$T" --gtest_color=no
 r=$?; echo "hopper_bwd: tests rc=$r"; [ $r -eq 0 ] || rc=1
 
 echo "== hopper_bwd: compute-sanitizer memcheck, one small case per variant"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$CS" ]; then
-  for v in v1 v2; do
+  for v in v1 v2 v3 v3det; do
     timeout 60 "$CS" --tool memcheck --error-exitcode 9 "$T" --gtest_color=no --gtest_filter="$V.D128Small/$v"
     r=$?; echo "hopper_bwd: memcheck $v rc=$r"; [ $r -eq 0 ] || rc=1
   done
@@ -39,7 +39,7 @@ fi
 
 echo "== hopper_bwd: hopper_bwd_bench, d 128, H 32 / Hkv 8 (backward TFLOPS = 5*S^2*H*d / time)"
 for S in 4096 32768 131072; do
-  timeout 50 "$B/hopper_bwd_bench" --reps 5 $S 2>&1
+  timeout 60 "$B/hopper_bwd_bench" --reps 5 $S 2>&1
   echo "hopper_bwd: bench S=$S rc=$?"
 done
 echo "hopper_bwd: done rc=$rc"

@@ -4,7 +4,7 @@
 # d 128 at 4K, 32K and 128K, packed 8 x 4K documents (32K tokens), d 64 at 4K and 32K. Prints
 # attention_bench's rows, then per row the ratios ours / cuDNN of forward, backward and forward +
 # backward TFLOPS (7 S^2 H d convention). Every step has its own timeout.
-#   bash bench/device/hopper_vs_cudnn.sh BUILD
+#   bash bench/device/hopper_vs_cudnn.sh BUILD     (HOPPER_BWD=3: ours with backward variant 3)
 set -uo pipefail
 B=${1:-build-gpu}
 A="$B/attention_bench"
@@ -14,7 +14,7 @@ LOG=$(mktemp)
 run() {  # label, then attention_bench arguments (without --impl)
   local label=$1; shift
   for impl in cudnn ours; do
-    timeout 90 "$A" --impl $impl "$@" 2>&1 | tee -a "$LOG" | grep -v '^{' | sed "s/^/[$label] /"
+    timeout 90 "$A" --impl $impl --hopper-bwd "${HOPPER_BWD:-2}" "$@" 2>&1 | tee -a "$LOG" | grep -v '^{' | sed "s/^/[$label] /"
     echo "hopper_vs_cudnn: $label $impl rc=${PIPESTATUS[0]}"
   done
 }

@@ -11,11 +11,13 @@ namespace ulysses {
 // Query rows per backward tile for head size d (the kernels' BwdConfig<d>::BR).
 constexpr int cuda_attention_bwd_query_tile(int64_t d) { return d == 128 ? 32 : 64; }
 
-// dq accumulator [S, H, d] f32, D [H, S] f32, two int32 [ceil(S / BR)], each 256-byte aligned.
+// dq accumulator [S, H, d] f32, D [H, S] f32, two int32 [ceil(S / BR)], the dQ order counters int32
+// [H, ceil(S / 64), 2], each 256-byte aligned.
 constexpr size_t cuda_attention_backward_workspace_bytes(int64_t S, int64_t H, int64_t d) {
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
   const size_t nqb = static_cast<size_t>((S + cuda_attention_bwd_query_tile(d) - 1) / cuda_attention_bwd_query_tile(d));
-  return align(size_t(S) * size_t(H) * size_t(d) * 4) + align(size_t(H) * size_t(S) * 4) + 2 * align(nqb * 4);
+  return align(size_t(S) * size_t(H) * size_t(d) * 4) + align(size_t(H) * size_t(S) * 4) + 2 * align(nqb * 4) +
+         align(size_t(H) * size_t((S + 63) / 64) * 2 * 4);
 }
 
 // The float32 kernels (attention_fp32.cu): D [H, S] f32, then the suffix

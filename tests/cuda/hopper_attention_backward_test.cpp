@@ -3,10 +3,10 @@
 // our FA2 backward (attention_backward, on the FA2 forward's out and lse, as the Hopper backward),
 // over sweeps of sequence lengths (1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
 // 32/8, 8/8), single and packed documents, d 128 and 64, for each variant (1: cp.async producer and
-// red.global dQ; 2: TMA loads and TMA-reduced dQ). Outputs and the workspace are poisoned before
+// red.global dQ; 2: TMA loads and TMA-reduced dQ; 3: 2 with consumers coupled one pair late). Outputs and the workspace are poisoned before
 // every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty workspace.
 // Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
-// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1 or 2) through the Backend
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1, 2 or 3) through the Backend
 // interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -48,7 +48,12 @@ class HopperAttentionBackward : public ulysses::cuda_test::CudaTest {
       GTEST_SKIP() << "Hopper backward: " << why;
   }
 };
-class HopperAttentionBackwardVariant : public HopperAttentionBackward, public ::testing::WithParamInterface<int> {};
+// A variant of the kernel, and for variant 3 whether its dQ order is deterministic.
+struct Variant {
+  int v;
+  bool deterministic = false;
+};
+class HopperAttentionBackwardVariant : public HopperAttentionBackward, public ::testing::WithParamInterface<Variant> {};
 
 // Documents for a sweep case: boundaries at S/3, a one-token document, one of 70 tokens, the rest.
 std::vector<int64_t> packed_lengths(int64_t S) {
@@ -76,9 +81,9 @@ struct Case {
   int64_t window = 0;             // > 0: a sliding window of that many keys, folded into doc_start
 };
 
-void run_case(const Case& c, int variant, cudaStream_t stream) {
+void run_case(const Case& c, Variant variant, cudaStream_t stream) {
   const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  SCOPED_TRACE("variant " + std::to_string(variant) + " S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
+  SCOPED_TRACE("variant " + std::to_string(variant.v) + (variant.deterministic ? " deterministic" : "") + " S=" + std::to_string(c.S) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
                " d=" + std::to_string(c.d) + " docs=" + std::to_string(c.doc_lens.size() + 1) +
                " window=" + std::to_string(c.window) + " seed=" + std::to_string(seed));
   const int64_t S = c.S, H = c.H, Hkv = c.Hkv, d = c.d;
@@ -127,12 +132,13 @@ void run_case(const Case& c, int variant, cudaStream_t stream) {
              ref_v = ulysses::cuda_test::download(dv_r);
   const auto fq = ulysses::cuda_test::download(dq_f), fk = ulysses::cuda_test::download(dk_f),
              fv = ulysses::cuda_test::download(dv_f);
+  std::vector<float> first_dq;  // deterministic: the second run's dq must equal the first's bitwise
   for (int run = 0; run < 2; ++run) {  // the second on the first's (dirty) workspace
     SCOPED_TRACE("run " + std::to_string(run));
     for (auto* b : {&dq_h, &dk_h, &dv_h}) b->poison();
     ulysses::cuda::hopper_attention_backward(dq_h.get(), dk_h.get(), dv_h.get(), dob.get(), out_b.get(), lse_b.get(),
                                              qb.get(), kb.get(), vb.get(), ddoc.get(), S, H, Hkv, d, scale, wsb.get(),
-                                             ws, stream, variant);
+                                             ws, stream, variant.v, variant.deterministic);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaGetLastError());
     const auto hq = ulysses::cuda_test::download(dq_h), hk = ulysses::cuda_test::download(dk_h),
@@ -154,13 +160,17 @@ void run_case(const Case& c, int variant, cudaStream_t stream) {
     EXPECT_LE(eq, std::max(2.0 * fq_e, 1e-2)) << "dq: well above fa2's error (" << fq_e << ")";
     EXPECT_LE(ek, std::max(2.0 * fk_e, 1e-2)) << "dk: well above fa2's error (" << fk_e << ")";
     EXPECT_LE(ev, std::max(2.0 * fv_e, 1e-2)) << "dv: well above fa2's error (" << fv_e << ")";
+    if (variant.deterministic && run == 0) first_dq = hq;
+    if (variant.deterministic && run == 1)
+      EXPECT_EQ(0, std::memcmp(first_dq.data(), hq.data(), hq.size() * sizeof(float)))
+          << "deterministic: dq differs between two runs";
   }
 }
 
 const std::vector<int64_t> kSizes = {1, 7, 64, 127, 128, 129, 300, 1000, 4097};
 const std::vector<std::pair<int64_t, int64_t>> kHeads = {{1, 1}, {4, 1}, {32, 8}, {8, 8}};
 
-void sweep(int64_t d, bool packed, int variant, cudaStream_t stream) {
+void sweep(int64_t d, bool packed, Variant variant, cudaStream_t stream) {
   for (int64_t S : kSizes)
     for (auto [H, Hkv] : kHeads) {
       run_case({S, H, Hkv, d, packed ? packed_lengths(S) : std::vector<int64_t>{}}, variant, stream);
@@ -190,8 +200,11 @@ TEST_P(HopperAttentionBackwardVariant, D128SingleDocumentSweep) { sweep(128, fal
 TEST_P(HopperAttentionBackwardVariant, D128PackedDocumentsSweep) { sweep(128, true, GetParam(), stream); }
 TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false, GetParam(), stream); }
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
-INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
+                         ::testing::Values(Variant{1}, Variant{2}, Variant{3}, Variant{3, true}),
+                         [](const ::testing::TestParamInfo<Variant>& i) {
+                           return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
+                         });
 
 // The engine's opt-in: with ULYSSES_ATTENTION=hopper and ULYSSES_HOPPER_BWD=1 the backend's forward
 // and backward run the Hopper kernels; both against the CPU backend, two packed documents. The second:
@@ -204,6 +217,59 @@ TEST_F(HopperAttentionBackward, BackendOptInTma) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
       {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "2"}}, 81,
       /*check_forward=*/true);
+}
+
+TEST_F(HopperAttentionBackward, BackendOptInDecoupled) {
+  ulysses::cuda_test::expect_engine_attention_matches_cpu(
+      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "3"}}, 82,
+      /*check_forward=*/false);
+}
+
+// Deterministic dq at a size where several key blocks add to every query block (8K tokens, 64 key
+// blocks): three runs, bitwise equal; and the engine's opt-in, with its refusal of a mismatched variant.
+TEST_F(HopperAttentionBackward, DeterministicRepeats) {
+  const int64_t S = 8192, H = 8, Hkv = 2, d = 128;
+  const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d), nl = size_t(H * S);
+  using ulysses::cuda_test::rounded;
+  const auto q = rounded<bf16>(ulysses::test::random_vector_f(nq, 11, -1.0, 1.0));
+  const auto k = rounded<bf16>(ulysses::test::random_vector_f(nk, 12, -1.0, 1.0));
+  const auto v = rounded<bf16>(ulysses::test::random_vector_f(nk, 13, -1.0, 1.0));
+  const auto dout = rounded<bf16>(ulysses::test::random_vector_f(nq, 14, -1.0, 1.0));
+  DeviceBuffer<bf16> qb(nq), kb(nk), vb(nk), dob(nq), out(nq), dq(nq), dk(nk), dv(nk);
+  DeviceBuffer<float> lse(nl);
+  DeviceBuffer<int32_t> doc{size_t(S)};
+  ulysses::cuda_test::upload(qb, q);
+  ulysses::cuda_test::upload(kb, k);
+  ulysses::cuda_test::upload(vb, v);
+  ulysses::cuda_test::upload(dob, dout);
+  ulysses::cuda_test::upload_i32(doc, ulysses::cuda_test::doc_start_of_lengths(S, {3000, 1}));
+  const double scale = 1.0 / std::sqrt(double(d));
+  const size_t ws = ulysses::cuda::attention_backward_workspace_bytes(S, H, Hkv, d);
+  DeviceBuffer<float> wsb(ws / 4 + 1);
+  ulysses::cuda::attention_forward(out.get(), lse.get(), qb.get(), kb.get(), vb.get(), doc.get(), S, H, Hkv, d, scale,
+                                   stream);
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    dq.poison();
+    ulysses::cuda::hopper_attention_backward(dq.get(), dk.get(), dv.get(), dob.get(), out.get(), lse.get(), qb.get(),
+                                             kb.get(), vb.get(), doc.get(), S, H, Hkv, d, scale, wsb.get(), ws, stream,
+                                             3, /*deterministic=*/true);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto got = ulysses::cuda_test::download(dq);
+    EXPECT_EQ(ulysses::cuda_test::count_nan(got), 0u);
+    if (run == 0) first = got;
+    else EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float))) << "run " << run;
+  }
+  EXPECT_THROW(ulysses::cuda::hopper_attention_backward(dq.get(), dk.get(), dv.get(), dob.get(), out.get(), lse.get(),
+                                                        qb.get(), kb.get(), vb.get(), doc.get(), S, H, Hkv, d, scale,
+                                                        wsb.get(), ws, stream, 2, /*deterministic=*/true),
+               ulysses::Error);
+}
+TEST_F(HopperAttentionBackward, BackendOptInDeterministic) {
+  ulysses::cuda_test::expect_engine_attention_matches_cpu({{"ULYSSES_ATTENTION", "hopper"},
+                                                           {"ULYSSES_HOPPER_BWD", "3"},
+                                                           {"ULYSSES_HOPPER_DETERMINISTIC", "1"}},
+                                                          83, /*check_forward=*/false);
 }
 
 TEST_F(HopperAttentionBackward, RefusesUnsupported) {

@@ -5,6 +5,8 @@
 //   dsum    float [H, S]      D = rowsum(dout * out)
 //   qbmin   int32 [nqb]       min doc_start of each query block of BR rows
 //   sufmin  int32 [nqb]       suffix minimum of qbmin
+//   dq_order int32 [H, ceil(S / 64), 2]  the deterministic Hopper backward's count of dQ
+//                             contributions done per (query head, 64-row block, 64-column half); zeroed
 // where BR is the backward query tile for d (bwd_query_tile) and nqb = ceil(S / BR).
 // The block-offset form (attention_backward_block) lays it out for S = Sq, its query rows.
 #include <algorithm>
@@ -111,7 +113,8 @@ WorkspaceParts workspace_layout(int64_t S, int64_t H, int64_t d) {
   w.dsum = w.dq_acc + align256(size_t(S) * size_t(H) * size_t(d) * sizeof(float));
   w.qbmin = w.dsum + align256(size_t(H) * size_t(S) * sizeof(float));
   w.sufmin = w.qbmin + align256(size_t(nqb) * sizeof(int32_t));
-  w.total = w.sufmin + align256(size_t(nqb) * sizeof(int32_t));
+  w.dq_order = w.sufmin + align256(size_t(nqb) * sizeof(int32_t));
+  w.total = w.dq_order + align256(size_t(H) * size_t((S + 63) / 64) * 2 * sizeof(int32_t));
   return w;
 }
 
@@ -121,6 +124,7 @@ void preprocess(char* ws, const WorkspaceParts& w, const __nv_bfloat16* dout, co
   ULY_CHECK(br >= bwd_query_tile(d), "attention backward: query tile " << br << " below the workspace's");
   const int nqb = static_cast<int>((Sq + br - 1) / br);
   CUDA_CHECK(cudaMemsetAsync(ws + w.dq_acc, 0, size_t(Sq * H * d) * sizeof(float), stream));
+  CUDA_CHECK(cudaMemsetAsync(ws + w.dq_order, 0, w.total - w.dq_order, stream));
   float* dsum = reinterpret_cast<float*>(ws + w.dsum);
   const unsigned dsum_blocks = blocks_for(Sq * H * (d / 8), "dsum");
   const int S32 = static_cast<int>(Sq), H32 = static_cast<int>(H);
@@ -184,6 +188,7 @@ attn::BwdParams checked_params(const char* op, __nv_bfloat16* dq, __nv_bfloat16*
   p.doc_start = doc_start;
   p.qbmin = reinterpret_cast<const int32_t*>(ws + w.qbmin);
   p.sufmin = reinterpret_cast<const int32_t*>(ws + w.sufmin);
+  p.dq_order = reinterpret_cast<int32_t*>(ws + w.dq_order);
   p.Sq = static_cast<int>(Sq);
   p.Sk = static_cast<int>(Sk);
   p.q_off = static_cast<int>(q0);

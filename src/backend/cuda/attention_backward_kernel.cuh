@@ -30,6 +30,8 @@ struct BwdParams {
   const int32_t* doc_start;  // [S_row]
   const int32_t* qbmin;      // [nqb] workspace
   const int32_t* sufmin;     // [nqb] workspace
+  int32_t* dq_order;         // [H, ceil(Sq / 64), 2] workspace, zeroed: the deterministic Hopper backward's
+                             // dQ contributions done per (head, 64-row block, 64-column half)
   int Sq, Sk, q_off, k_off;
   int H, Hkv, group, nqb;
   float scale_log2, scale;

@@ -16,7 +16,7 @@ namespace ulysses::cuda::attn_bwd {
 // Byte offsets of the workspace's parts (each a multiple of 256) and its total size, for Sq query
 // rows; layout in attention_backward.cu and docs/attention.md.
 struct WorkspaceParts {
-  size_t dq_acc = 0, dsum = 0, qbmin = 0, sufmin = 0, total = 0;
+  size_t dq_acc = 0, dsum = 0, qbmin = 0, sufmin = 0, dq_order = 0, total = 0;
 };
 WorkspaceParts workspace_layout(int64_t Sq, int64_t H, int64_t d);
 
@@ -30,7 +30,7 @@ attn::BwdParams checked_params(const char* op, __nv_bfloat16* dq, __nv_bfloat16*
                                int64_t Hkv, int64_t d, double scale, void* workspace, size_t workspace_bytes, int br,
                                WorkspaceParts* w_out);
 
-// Zeroes dq_acc [Sq, H, d], writes dsum [H, Sq] from dout and out, and qbmin / sufmin over query
+// Zeroes dq_acc [Sq, H, d] and dq_order, writes dsum [H, Sq] from dout and out, and qbmin / sufmin over query
 // blocks of `br` rows (br = 32 or 64; ceil(Sq / br) must fit the layout's, i.e. br >= the FA2
 // kernel's tile for d) from doc_start (the rows' own, q_off applied). d: 16, 32, 64 or 128.
 void preprocess(char* ws, const WorkspaceParts& w, const __nv_bfloat16* dout, const __nv_bfloat16* out,

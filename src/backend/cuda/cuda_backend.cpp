@@ -89,10 +89,21 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
     if (attention_kernels_ == AttentionKernels::Hopper) hopper_forward_ = hopper_attention_variant();
     if (const char* b = std::getenv("ULYSSES_HOPPER_BWD")) {
       const std::string v = b;
-      ULY_CHECK(v == "0" || v == "1" || v == "2" || v.empty(),
-                "ULYSSES_HOPPER_BWD=" << v << " is not 0, 1 or 2 (1 or 2: with ULYSSES_ATTENTION=hopper, the "
+      ULY_CHECK(v == "0" || v == "1" || v == "2" || v == "3" || v.empty(),
+                "ULYSSES_HOPPER_BWD=" << v << " is not 0, 1, 2 or 3 (1 to 3: with ULYSSES_ATTENTION=hopper, the "
                                       << "backward on that variant of our sm_90a wgmma kernel too)");
       hopper_backward_ = v.empty() ? 0 : v[0] - '0';
+    }
+    if (const char* d = std::getenv("ULYSSES_HOPPER_DETERMINISTIC")) {
+      const std::string v = d;
+      ULY_CHECK(v == "0" || v == "1" || v.empty(),
+                "ULYSSES_HOPPER_DETERMINISTIC=" << v << " is not 0 or 1 (1: the Hopper backward adds dQ's partial "
+                                                << "sums in a fixed order, bitwise reproducible)");
+      hopper_deterministic_ = v == "1";
+      ULY_CHECK(!hopper_deterministic_ || hopper_backward_ == 3,
+                "ULYSSES_HOPPER_DETERMINISTIC=1 needs ULYSSES_HOPPER_BWD=3 (the deterministic dQ order is the "
+                "Hopper backward variant 3's), not ULYSSES_HOPPER_BWD="
+                    << hopper_backward_);
     }
   } catch (...) {
     gemm_.reset();

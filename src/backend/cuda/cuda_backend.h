@@ -80,7 +80,7 @@ class CudaBackend : public Backend {
   // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
   // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it; =hopper runs the
   // forward on our sm_90a wgmma kernel where it takes the problem, everything else as auto (its
-  // variant from ULYSSES_HOPPER_VARIANT, checked at construction), and with ULYSSES_HOPPER_BWD=1 or 2
+  // variant from ULYSSES_HOPPER_VARIANT, checked at construction), and with ULYSSES_HOPPER_BWD=1, 2 or 3
   // the backward on that variant of our sm_90a backward kernel where it takes it); f32: ours.
   void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Documents& docs, double scale) override;
@@ -136,7 +136,7 @@ class CudaBackend : public Backend {
   bool use_cudnn(const AttentionShape& shape, bool backward);
   // ULYSSES_ATTENTION=hopper and the Hopper forward (hopper_attention.h) takes this bf16 problem.
   bool use_hopper_forward(const AttentionShape& shape);
-  // ULYSSES_ATTENTION=hopper, ULYSSES_HOPPER_BWD=1|2 and the Hopper backward takes this bf16 problem
+  // ULYSSES_ATTENTION=hopper, ULYSSES_HOPPER_BWD=1|2|3 and the Hopper backward takes this bf16 problem
   // (it then uses our kernels' workspace, attention_backward_workspace_bytes).
   bool use_hopper_backward(const AttentionShape& shape);
   AttentionProblem cudnn_problem(const AttentionShape& shape, double scale) const;
@@ -154,9 +154,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<CublasLtGemm> gemm_;
   Tensor scalar_;     // one float64 on the device, for reductions
   enum class AttentionKernels { Auto, Cudnn, Own, Hopper } attention_kernels_ = AttentionKernels::Auto;
-  // ULYSSES_HOPPER_BWD=1 or 2: with =hopper, the backward too, on that variant of the Hopper backward
+  // ULYSSES_HOPPER_BWD=1, 2 or 3: with =hopper, the backward too, on that variant of the Hopper backward
   // (0: off).
   int hopper_backward_ = 0;
+  bool hopper_deterministic_ = false;  // ULYSSES_HOPPER_DETERMINISTIC=1 (with ULYSSES_HOPPER_BWD=3)
   int hopper_forward_ = 3;  // with =hopper: ULYSSES_HOPPER_VARIANT (default 3), read when the backend is made
   std::unique_ptr<CudnnAttention> cudnn_;  // made on the first bf16 attention call
   std::set<std::string> attention_choices_logged_;

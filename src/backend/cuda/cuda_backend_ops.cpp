@@ -217,7 +217,8 @@ bool CudaBackend::use_hopper_backward(const AttentionShape& shape) {
   const bool ok = shape.window == 0
                       ? hopper_attention_backward_supported(shape.d, shape.H, shape.Hkv, &why)
                       : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
-  const std::string choice = ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_backward_)
+  const std::string choice = ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_backward_) +
+                                      (hopper_deterministic_ ? ", deterministic" : "")
                                 : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper backward: " + choice).second)
     ULY_INFO("attention backward: " << choice);
@@ -299,7 +300,7 @@ void CudaBackend::attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, co
                               ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
                               ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k),
                               ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv,
-                              a.d, scale, workspace.raw(), ws, stream_, hopper_backward_);
+                              a.d, scale, workspace.raw(), ws, stream_, hopper_backward_, hopper_deterministic_);
     return;
   }
   if (use_cudnn(shape, true)) {

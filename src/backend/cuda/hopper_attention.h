@@ -47,11 +47,15 @@ bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std:
 
 // Arguments as attention_backward (attention.h). Throws an Error on an unsupported problem.
 // `variant` 1: a cp.async producer, dQ accumulated by red.global.add from registers; 2: TMA loads of Q
-// and dO, dQ through shared memory and TMA reductions (docs/attention.md).
+// and dO, dQ through shared memory and TMA reductions; 3: variant 2 with its two consumer warpgroups
+// coupled one pair late rather than in lockstep (docs/attention.md). `deterministic` (variant 3 only):
+// dQ's partial sums are added in a fixed order, so dq is bitwise the same from run to run (dk and dv
+// always are).
 void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                                int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
-                               size_t workspace_bytes, cudaStream_t stream, int variant = 1);
+                               size_t workspace_bytes, cudaStream_t stream, int variant = 1,
+                               bool deterministic = false);
 
 }  // namespace ulysses::cuda

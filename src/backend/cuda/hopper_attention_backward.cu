@@ -82,14 +82,17 @@ struct Tile {
   static constexpr int q_tile_bytes = kBR * D * 2;       // Q (or dO) of one pair
   static constexpr int stage_off = v_off + 2 * kv_wg_bytes;
   static constexpr int stage_bytes = 2 * q_tile_bytes;   // Q, dO
-  static constexpr int ds_off = stage_off + NS * stage_bytes;  // dS^T [2 buffers][128 keys][128 B]
+  static constexpr int ds_off = stage_off + NS * stage_bytes;  // dS^T [ds_bufs][128 keys][128 B]
   static constexpr int ds_bytes = kBC * kBR * 2;
-  // Variant 2: dQ of a pair in fp32 for the TMA reduction, per buffer (2) and dQ-writing consumer
-  // (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
+  // Variant 3 reads a pair's dS^T one pair late, while the next pair's is written: 3 buffers.
+  static constexpr int ds_bufs = V == 3 ? 3 : 2;
+  // Variants 2, 3: dQ of a pair in fp32 for the TMA reduction, per buffer (2; variant 3: 1) and
+  // dQ-writing consumer (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
   static constexpr int dq_box_bytes = kBR * 128;
   static constexpr int dq_cons_bytes = 2 * dq_box_bytes;
-  static constexpr int dq_off = ds_off + 2 * ds_bytes;
-  static constexpr int dq_bytes = V == 2 ? 2 * kHalves * dq_cons_bytes : 0;
+  static constexpr int dq_off = ds_off + ds_bufs * ds_bytes;
+  static constexpr int dq_bufs = V == 2 ? 2 : V == 3 ? 1 : 0;
+  static constexpr int dq_bytes = dq_bufs * kHalves * dq_cons_bytes;
   static constexpr int row_off = dq_off + dq_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
@@ -207,8 +210,9 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 
 // One CTA of the backward. Variant 1: cp.async producer, dQ by red.global.add; variant 2 (tq, tdo,
 // tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
-// TMA reductions.
-template <int D, int NS, int V>
+// TMA reductions; 3: 2 with the consumers coupled one pair late. DET (variant 3 only): the dQ
+// reductions into each (query head, 64-row block, column half) in the order of the key blocks.
+template <int D, int NS, int V, bool DET = false>
 __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -250,7 +254,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     for (int s = 0; s < NS; ++s) {
       // Variant 1: every producer thread, once its copies landed; 2: the TMA thread's expect_tx and
       // the 32 lanes of the row warp.
-      mbar_init(full_bar + 8 * s, V == 2 ? 33 : 128);
+      mbar_init(full_bar + 8 * s, V >= 2 ? 33 : 128);
       mbar_init(empty_bar + 8 * s, 8);   // every consumer warp, once done with the stage
     }
     mbar_init_fence();
@@ -260,7 +264,13 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   __syncthreads();
   const int nq = max(s_misc[0] - qb_begin, 0);
   const int total = p.group * nq;  // pairs, before skipping blocks whose qbmin is past the keys
-  auto pair = [&](int it) { return Pair{hk * p.group + it / nq, qb_begin + it % nq}; };
+  // DET walks query blocks from the last down, the group's heads inside: the CTA of key block kb then
+  // meets each (head, query block) after kb - 1's CTA, which started earlier on the same walk (its
+  // own only has more blocks at the end), so its wait for kb - 1's reduction is short.
+  auto pair = [&](int it) {
+    if constexpr (DET) return Pair{hk * p.group + it % p.group, qb_begin + nq - 1 - it / p.group};
+    else return Pair{hk * p.group + it / nq, qb_begin + it % nq};
+  };
   // Calls f(pair, n) for the pairs that see the keys, n counting them (variant 2's producers and both
   // variants' consumers; variant 1's producer signals one pair late and walks on its own). qbmin is
   // loaded one pair ahead: its global-load latency hides behind the pair before.
@@ -279,7 +289,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   if (wg == 0) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
-    if constexpr (V == 2) {
+    if constexpr (V >= 2) {
       produce_tma<D, NS, V>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, wtid);
       return;
     }
@@ -330,7 +340,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   const uint32_t sk = base + T::k_off + c * T::kv_wg_bytes, sv = base + T::v_off + c * T::kv_wg_bytes;
   const int jl = 16 * wi + g;        // this thread's key rows within the consumer's 64: jl, jl + 8
   const int key0 = k0 + 64 * c + jl;  // their global indices: key0, key0 + 8
-  constexpr bool kTma = V == 2;  // TMA producer, dQ through shared memory and TMA reductions
+  constexpr bool kTma = V >= 2;  // TMA producer, dQ through shared memory and TMA reductions
 
   float dk[T::kHalves][32], dv[T::kHalves][32];
 #pragma unroll
@@ -422,7 +432,9 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(sa[kk][x]) : "memory");
       }
     fence_proxy_async();
-    named_barrier_sync(1, 256);  // both consumers' dS^T written (and, two pairs back, read)
+    // Variants 1, 2: both consumers' dS^T written (and, two pairs back, read). Variant 3 signals its
+    // half on ready_bar later and reads the pair's dS^T one pair late.
+    if constexpr (V < 3) named_barrier_sync(1, 256);
   };
   // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile `buf` read transposed), one commit
   // group; d = 64: consumer 0 only.
@@ -459,7 +471,12 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). The
       // buffer is rewritten two pairs later, after that thread's wait for the reads of this
       // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it.
-      const uint32_t sdq = base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes;
+      const uint32_t sdq = base + T::dq_off + ((V == 2 ? buf : 0) * T::kHalves + c) * T::dq_cons_bytes;
+      if constexpr (V == 3) {
+        // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
+        if (wtid == 0) bulk_wait_group_read<0>();
+        named_barrier_sync(2 + c, 128);
+      }
 #pragma unroll
       for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
@@ -469,10 +486,25 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       fence_proxy_async();
       named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
       if (wtid == 0) {
+        int* order = nullptr;
+        if constexpr (DET) {
+          // Key blocks floor(qbmin / kBC) .. kb add to these rows (a contiguous range: walk's
+          // conditions); wait until the ones before this block have, in order.
+          order = p.dq_order + (int64_t(pr.h) * p.nqb + pr.qb) * 2 + c;
+          const int before = kb - p.qbmin[pr.qb] / kBC;
+          while (ld_acquire_gpu(order) < before) {
+          }
+          fence_proxy_async_global();  // the reduction below after the acquire
+        }
         tma_reduce_add_3d(tdq, 64 * c, pr.h, q0, sdq);
         tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, q0, sdq + T::dq_box_bytes);
         bulk_commit_group();
-        bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
+        if constexpr (V == 2) bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
+        if constexpr (DET) {
+          bulk_wait_group<0>();        // its sums written to global memory
+          fence_proxy_async_global();  // and ordered before the release
+          red_release_gpu_add(order, 1);
+        }
       }
     } else {
 #pragma unroll
@@ -486,25 +518,72 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     }
   };
 
-  // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
-  // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
-  walk([&](const Pair& pr, int n) {
-    const int s = n % NS, round = n / NS, buf = n & 1;
-    mbar_wait(full_bar + 8 * s, round & 1);
-    issue_scores(s);
-    gradients(s, pr.qb * kBR, buf);
-    if (c < T::kHalves) {
-      float dq[32];
-      issue_dq(dq, buf);
-      wgmma_wait<1>();  // dV, dK done: the stage is free while dQ (which reads only dS and K) runs
-      release_stage(s);
-      wgmma_wait<0>();
-      dq_out(dq, pr, buf);
-    } else {
-      wgmma_wait<0>();
-      release_stage(s);
+  if constexpr (V == 3) {
+    // Consumers coupled one pair late instead of in lockstep. Pair n: scores and gradients of n (dS^T
+    // into buffer n % 3), then, while dV / dK of n run, dQ of pair n - 1 once the other consumer
+    // signalled its half of that dS^T. A consumer arrives on ready_bar(c, n % 3) when its dS^T of n is
+    // written and its dQ of n - 1 has finished reading buffer (n - 1) % 3; so whoever writes buffer
+    // n % 3 (pair n, = n - 3) has waited (at pair n - 1) for the other's arrival of n - 2, after the
+    // other's dQ of n - 3. Distinct barriers per buffer: one consumer cannot arrive twice on one
+    // before the other's matching sync (it syncs the other's arrival of n - 1 before arriving for n + 2).
+    // The dQ of pair 0's predecessor is computed on a stale buffer and discarded (no branch between a
+    // wgmma's issue and its wait: ptxas serializes those).
+    auto ready_bar = [](int cc, int b) { return 4 + 3 * cc + b; };
+    Pair prev{0, 0};
+    int n_pairs = 0;
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS, buf = n % 3, pbuf = (n + 2) % 3;
+      mbar_wait(full_bar + 8 * s, round & 1);
+      issue_scores(s);
+      gradients(s, pr.qb * kBR, buf);
+      named_barrier_sync_if(n > 0, ready_bar(1 - c, pbuf), 256);
+      if (c < T::kHalves) {
+        float dq[32];
+        issue_dq(dq, pbuf);
+        wgmma_wait<1>();  // dV, dK of pair n done: the stage is free
+        release_stage(s);
+        wgmma_wait<0>();
+        named_barrier_arrive(ready_bar(c, buf), 256);
+        if (n > 0) dq_out(dq, prev, 0);
+      } else {
+        wgmma_wait<0>();
+        release_stage(s);
+        named_barrier_arrive(ready_bar(c, buf), 256);
+      }
+      prev = pr;
+      n_pairs = n + 1;
+    });
+    if (n_pairs > 0) {  // the last pair's dQ
+      const int pbuf = (n_pairs - 1) % 3;
+      named_barrier_sync(ready_bar(1 - c, pbuf), 256);
+      if (c < T::kHalves) {
+        float dq[32];
+        issue_dq(dq, pbuf);
+        wgmma_wait<0>();
+        dq_out(dq, prev, 0);
+      }
     }
-  });
+  } else {
+    // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
+    // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS, buf = n & 1;
+      mbar_wait(full_bar + 8 * s, round & 1);
+      issue_scores(s);
+      gradients(s, pr.qb * kBR, buf);
+      if (c < T::kHalves) {
+        float dq[32];
+        issue_dq(dq, buf);
+        wgmma_wait<1>();  // dV, dK done: the stage is free while dQ (which reads only dS and K) runs
+        release_stage(s);
+        wgmma_wait<0>();
+        dq_out(dq, pr, buf);
+      } else {
+        wgmma_wait<0>();
+        release_stage(s);
+      }
+    });
+  }
 
   // The last reductions complete (their shared source lives until the CTA exits; the dq conversion
   // kernel reads dq_acc next).
@@ -539,30 +618,32 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 }
 
 // Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
-template <int D, int NS, int V>
+template <int D, int NS, int V, bool DET>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_backward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tq,
                                          const __grid_constant__ CUtensorMap tdo,
                                          const __grid_constant__ CUtensorMap tdq) {
-  backward_cta<D, NS, V>(p, &tq, &tdo, &tdq);
+  backward_cta<D, NS, V, DET>(p, &tq, &tdo, &tdq);
 }
 
 // Both variants: 2 stages (variant 2 at d = 128 fills 226.5 KB of the 227 KB with its dQ buffers).
 constexpr int kStages = 2;
 
 template <int D>
-void launch(const Params& p, int variant, cudaStream_t stream) {
+void launch(const Params& p, int variant, bool deterministic, cudaStream_t stream) {
   const char* op = "cuda::hopper_attention_backward";
   const dim3 grid(static_cast<unsigned>((p.Sq + kBC - 1) / kBC), static_cast<unsigned>(p.Hkv));
-  if (variant == 2) {
-    using T = Tile<D, kStages, 2>;
-    constexpr auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2>;
+  if (variant >= 2) {
+    // Variants 2 and 3 share the launch; only the kernel and its shared memory differ.
+    const auto kernel = variant == 2       ? hopper_attention_backward_tma_kernel<D, kStages, 2, false>
+                        : deterministic    ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
+                                           : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
+    const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
     const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
     const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
     const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(T::smem_bytes)));
-    kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p, tq, tdo, tdq);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kThreads, smem, stream>>>(p, tq, tdo, tdq);
   } else {
     using T = Tile<D, kStages, 1>;
     constexpr auto kernel = hopper_attention_backward_kernel<D, kStages>;
@@ -584,21 +665,23 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                                int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
-                               size_t workspace_bytes, cudaStream_t stream, int variant) {
+                               size_t workspace_bytes, cudaStream_t stream, int variant, bool deterministic) {
   const char* op = "cuda::hopper_attention_backward";
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
-  ULY_CHECK(variant == 1 || variant == 2, op << ": variant " << variant << " (there are 1 and 2)");
+  ULY_CHECK(variant >= 1 && variant <= 3, op << ": variant " << variant << " (there are 1, 2 and 3)");
+  ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
+                                               << variant << ")");
   if (S == 0) return;
   attn_bwd::WorkspaceParts w;
   const attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
                                                      Hkv, d, scale, workspace, workspace_bytes, hopper_bwd::kBR, &w);
   char* ws = static_cast<char*>(workspace);
   attn_bwd::preprocess(ws, w, dout, out, doc_start, S, H, d, hopper_bwd::kBR, stream);
-  if (d == 128) hopper_bwd::launch<128>(p, variant, stream);
-  else hopper_bwd::launch<64>(p, variant, stream);
+  if (d == 128) hopper_bwd::launch<128>(p, variant, deterministic, stream);
+  else hopper_bwd::launch<64>(p, variant, deterministic, stream);
   attn_bwd::convert_dq(dq, p.dq_acc, S * H * d, p.scale, stream);
 }
 

@@ -275,7 +275,11 @@ __device__ __forceinline__ void issue_qk(float (&sc)[BC / 2], uint32_t sq, uint3
 // Online softmax (log2 domain) of the scores of key block [ks, ke]: masks, updates m_run and l_run
 // and turns sc into the unnormalised probabilities; alpha gets the factor O must be rescaled by.
 // No element masked when every row's document starts at or before ks, every row is at or after ke
-// and ke < S.
+// and ke < S. The maximum is taken over the raw scores (scale_log2 > 0), so each probability is one
+// FFMA and an ex2. The running maximum m_run moves only when a block's exceeds it by more than
+// kMaxSlack (then probabilities reach at most 2^kMaxSlack, harmless in bf16 and fp32): otherwise alpha
+// is exactly 1 and the caller skips the rescale of O (rescale_o_if), for long rows nearly always.
+constexpr float kMaxSlack = 8.f;
 template <int BC>
 __device__ __forceinline__ void softmax_block(float (&sc)[BC / 2], int ks, int ke, int S, const Rows& r,
                                               float scale_log2, float (&m_run)[2], float (&l_run)[2],
@@ -290,36 +294,32 @@ __device__ __forceinline__ void softmax_block(float (&sc)[BC / 2], int ks, int k
 #pragma unroll
     for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float x = sc[4 * n + e] * scale_log2;
-        sc[4 * n + e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
-      }
+      for (int e = 0; e < 4; ++e) mx[e / 2] = fmaxf(mx[e / 2], sc[4 * n + e]);
   } else {
 #pragma unroll
     for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = sc[4 * n + e] * scale_log2;
         const int col = ks + 8 * n + 2 * t + (e & 1), row = r.rowA + 8 * (e / 2);
-        if (col < r.lo[e / 2] || col > row || col >= S) x = kNegInf;
-        sc[4 * n + e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
+        if (col < r.lo[e / 2] || col > row || col >= S) sc[4 * n + e] = kNegInf;
+        mx[e / 2] = fmaxf(mx[e / 2], sc[4 * n + e]);
       }
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
     mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-    const float m_new = fmaxf(m_run[hf], mx[hf]);
+    const float m_blk = mx[hf] * scale_log2;
+    const bool grow = m_blk > m_run[hf] + kMaxSlack;  // m_run = -inf: any finite m_blk
+    const float m_new = grow ? m_blk : m_run[hf];
     const float b = m_new == kNegInf ? 0.f : m_new;  // -inf - (-inf) would be NaN
-    alpha[hf] = fast_exp2(m_run[hf] - b);
+    alpha[hf] = grow ? fast_exp2(m_run[hf] - b) : 1.f;
     m_run[hf] = m_new;
     float rs = 0.f;
 #pragma unroll
     for (int n = 0; n < BC / 8; ++n) {
-      sc[4 * n + 2 * hf] = fast_exp2(sc[4 * n + 2 * hf] - b);
-      sc[4 * n + 2 * hf + 1] = fast_exp2(sc[4 * n + 2 * hf + 1] - b);
+      sc[4 * n + 2 * hf] = fast_exp2(fmaf(sc[4 * n + 2 * hf], scale_log2, -b));
+      sc[4 * n + 2 * hf + 1] = fast_exp2(fmaf(sc[4 * n + 2 * hf + 1], scale_log2, -b));
       rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
     }
     l_run[hf] = l_run[hf] * alpha[hf] + rs;  // this thread's columns; summed over the quad at the end
@@ -337,6 +337,13 @@ __device__ __forceinline__ void rescale_o(float (&o)[H][32], const float (&alpha
         o[hh][4 * n + 2 * hf] *= alpha[hf];
         o[hh][4 * n + 2 * hf + 1] *= alpha[hf];
       }
+}
+
+// rescale_o unless alpha is 1 for every row of the warp (softmax_block's slack makes that the rule).
+// A warp-uniform branch: call it with no wgmma in flight.
+template <int H>
+__device__ __forceinline__ void rescale_o_if(float (&o)[H][32], const float (&alpha)[2]) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_o(o, alpha);
 }
 
 // P to bf16 in the register-A layout: k16 step kk covers keys 16kk..16kk+15, the S chunks 2kk, 2kk + 1.
@@ -419,7 +426,7 @@ __device__ __forceinline__ void consume_v1(const Params& p, const Block& b, cons
       fence_regs(sc);
       float alpha[2];
       softmax_block<BC>(sc, ks, ke, p.S, r, p.scale_log2, m_run, l_run, alpha);
-      rescale_o(o, alpha);
+      rescale_o_if(o, alpha);
       uint32_t pa[BC / 16][4];
       pack_p<BC>(sc, pa);
 #pragma unroll
@@ -531,7 +538,7 @@ __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, cons
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
       release(t - 1);
-      rescale_o(o, alpha);
+      rescale_o_if(o, alpha);
       pack_p<BC>(sc, pa);
     }
     // Turn a + n_vis: the last P V (and block t, if any, unseen).

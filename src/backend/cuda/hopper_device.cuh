@@ -76,6 +76,13 @@ HOPPER_DEV void named_barrier_arrive_if(bool pred, int id, int threads) {
                : "memory");
 }
 
+// named_barrier_sync where `pred` (warp-uniform), predicated likewise.
+HOPPER_DEV void named_barrier_sync_if(bool pred, int id, int threads) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p bar.sync %1, %2;\n}\n" ::"r"(int(pred)), "r"(id),
+               "r"(threads)
+               : "memory");
+}
+
 template <int R>
 HOPPER_DEV void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
@@ -220,5 +227,18 @@ HOPPER_DEV void cp_async4(uint32_t saddr, const void* gsrc) {
 HOPPER_DEV void red_add_v2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
+
+// A counter other CTAs publish to (ordering the deterministic backward's dQ reductions): an acquiring
+// load, a releasing increment, and the fence that orders this thread's generic-proxy accesses of
+// global memory with its asynchronous-proxy ones (the TMA reductions) on either side.
+HOPPER_DEV int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+HOPPER_DEV void red_release_gpu_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+HOPPER_DEV void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 }  // namespace ulysses::cuda::hopper
