@@ -134,11 +134,13 @@ class CudaBackend : public Backend {
   Tensor attention_workspace(size_t bytes);
   // Whether cuDNN runs this bf16 attention call (logs the choice once per reason).
   bool use_cudnn(const AttentionShape& shape, bool backward);
-  // ULYSSES_ATTENTION=hopper and the Hopper forward (hopper_attention.h) takes this bf16 problem.
+  // The Hopper forward (hopper_attention.h) runs this bf16 problem: ULYSSES_ATTENTION=hopper, or =auto
+  // where backend/attention_choice.h's measured table has it ahead of cuDNN; and it takes the problem.
   bool use_hopper_forward(const AttentionShape& shape);
-  // ULYSSES_ATTENTION=hopper, ULYSSES_HOPPER_BWD=1|2|3 and the Hopper backward takes this bf16 problem
-  // (it then uses our kernels' workspace, attention_backward_workspace_bytes).
-  bool use_hopper_backward(const AttentionShape& shape);
+  // The same for the Hopper backward (=hopper with ULYSSES_HOPPER_BWD=1|2|3, or the table under
+  // =auto); *variant gets the variant to run. It then uses our kernels' workspace
+  // (attention_backward_workspace_bytes).
+  bool use_hopper_backward(const AttentionShape& shape, int* variant = nullptr);
   AttentionProblem cudnn_problem(const AttentionShape& shape, double scale) const;
 
   int device_index_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/attention_choice.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_fp32.h"
 #include "backend/cuda/bias.h"
@@ -196,29 +197,50 @@ bool CudaBackend::use_cudnn(const AttentionShape& shape, bool backward) {
 }
 
 bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
-  if (act_dtype_ != DType::BF16 || attention_kernels_ != AttentionKernels::Hopper || shape.S == 0) return false;
+  if (act_dtype_ != DType::BF16 || shape.S == 0) return false;
+  // Asked for (=hopper), or under =auto where the measured table has our kernel ahead of cuDNN.
+  std::string measured;
+  const bool asked = attention_kernels_ == AttentionKernels::Hopper;
+  if (!asked && !(attention_kernels_ == AttentionKernels::Auto && shape.window == 0 &&
+                  hopper_measured_faster(shape.d, false, shape.longest, &measured)))
+    return false;
   std::string why;
   // Sliding windows stay on the kernels that have been tested with them.
   const bool ok = shape.window == 0
                       ? hopper_attention_supported(shape.d, shape.H, shape.Hkv, &why)
                       : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
+  if (!ok && !asked) return false;  // (=auto: cuDNN as usual, nothing to say)
   const std::string choice =
-      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_forward_)
+      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_forward_) +
+               (asked ? "" : " (" + measured + ")")
          : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper: " + choice).second) ULY_INFO("attention forward: " << choice);
   return ok;
 }
 
-bool CudaBackend::use_hopper_backward(const AttentionShape& shape) {
-  if (act_dtype_ != DType::BF16 || attention_kernels_ != AttentionKernels::Hopper || hopper_backward_ == 0 ||
-      shape.S == 0)
-    return false;
+bool CudaBackend::use_hopper_backward(const AttentionShape& shape, int* variant) {
+  if (act_dtype_ != DType::BF16 || shape.S == 0) return false;
+  // Asked for (=hopper with ULYSSES_HOPPER_BWD), or under =auto where the measured table has our
+  // kernel ahead of cuDNN (the row's variant).
+  std::string measured;
+  const bool asked = attention_kernels_ == AttentionKernels::Hopper && hopper_backward_ != 0;
+  const AttentionChoiceRow* row = nullptr;
+  if (!asked) {
+    if (attention_kernels_ != AttentionKernels::Auto || shape.window != 0 ||
+        !hopper_measured_faster(shape.d, true, shape.longest, &measured))
+      return false;
+    row = attention_choice_row(shape.d, true, shape.longest);
+  }
   std::string why;
   const bool ok = shape.window == 0
                       ? hopper_attention_backward_supported(shape.d, shape.H, shape.Hkv, &why)
                       : (why = "a sliding window of " + std::to_string(shape.window) + " tokens", false);
-  const std::string choice = ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_backward_) +
-                                      (hopper_deterministic_ ? ", deterministic" : "")
+  if (!ok && !asked) return false;
+  const int v = asked ? hopper_backward_ : row->variant;
+  if (variant) *variant = v;
+  const std::string choice = ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(v) +
+                                      (asked && hopper_deterministic_ ? ", deterministic" : "") +
+                                      (asked ? "" : " (" + measured + ")")
                                 : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper backward: " + choice).second)
     ULY_INFO("attention backward: " << choice);
@@ -293,14 +315,15 @@ void CudaBackend::attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, co
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"},
                                 {&dout, "dout"}, {&out, "out"}})
     need_aligned16(*t, op, name);
-  if (use_hopper_backward(shape)) {
+  if (int variant = 0; use_hopper_backward(shape, &variant)) {
     const size_t ws = attention_backward_workspace_bytes(a.S, a.H, a.Hkv, a.d);
     const Tensor workspace = attention_workspace(ws);
     hopper_attention_backward(ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk), ptr<__nv_bfloat16>(dv),
                               ptr<const __nv_bfloat16>(dout), ptr<const __nv_bfloat16>(out), ptr<const float>(lse),
                               ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k),
                               ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv,
-                              a.d, scale, workspace.raw(), ws, stream_, hopper_backward_, hopper_deterministic_);
+                              a.d, scale, workspace.raw(), ws, stream_, variant,
+                              hopper_deterministic_ && variant == 3);
     return;
   }
   if (use_cudnn(shape, true)) {

@@ -1,0 +1,35 @@
+// The measured choice between cuDNN's fused attention and our Hopper (sm_90a) kernels when
+// ULYSSES_ATTENTION is `auto` (the default): a table of ours-over-cuDNN TFLOPS ratios from
+// side-by-side runs (bench/device/hopper_vs_cudnn.sh, hopper_quick.sh), per head size, direction
+// and longest-document length. Our kernel runs where its row's ratio is at least kOursMargin; cuDNN
+// everywhere else, and wherever no row applies. Plain C++ (the CPU tests read it).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ulysses {
+
+struct AttentionChoiceRow {
+  int64_t d = 0;            // head size
+  bool backward = false;    // the backward alone (else the forward)
+  int64_t from_longest = 0;  // applies from this longest-document length up to the next row's
+  int variant = 0;          // our kernel's variant that was timed
+  double ours_over_cudnn = 0;  // TFLOPS ratio, same call, same card
+  const char* measured = "";   // card, date, command
+};
+
+// A ratio above 1 by less than this is within the run-to-run noise of these timings (1-2%): cuDNN stays.
+constexpr double kOursMargin = 1.03;
+
+// The rows, grouped by (d, backward), each group in increasing from_longest.
+const std::vector<AttentionChoiceRow>& attention_choice_table();
+
+// The row for a problem (the last of its group with from_longest <= longest), or nullptr.
+const AttentionChoiceRow* attention_choice_row(int64_t d, bool backward, int64_t longest);
+
+// Whether the table says our Hopper kernel beats cuDNN on this problem (by kOursMargin); *why gets
+// the row's figures either way (empty without a row).
+bool hopper_measured_faster(int64_t d, bool backward, int64_t longest, std::string* why = nullptr);
+
+}  // namespace ulysses

@@ -1,0 +1,64 @@
+// The measured attention-kernel table (backend/attention_choice.h): well formed, looked up by band,
+// and our kernel chosen exactly where a row's ratio clears the margin.
+#include "backend/attention_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+namespace {
+
+using ulysses::attention_choice_row;
+using ulysses::attention_choice_table;
+using ulysses::hopper_measured_faster;
+
+TEST(AttentionChoice, TableIsWellFormed) {
+  std::map<std::pair<int64_t, bool>, int64_t> last;  // (d, backward) -> previous from_longest
+  for (const auto& r : attention_choice_table()) {
+    SCOPED_TRACE("d " + std::to_string(r.d) + (r.backward ? " backward" : " forward") + " from " +
+                 std::to_string(r.from_longest));
+    EXPECT_TRUE(r.d == 64 || r.d == 128);  // the Hopper kernels' head sizes
+    EXPECT_GT(r.ours_over_cudnn, 0.0);
+    EXPECT_LT(r.ours_over_cudnn, 10.0);
+    EXPECT_FALSE(std::string(r.measured).empty()) << "every row names its measurement";
+    EXPECT_GE(r.variant, 1);
+    EXPECT_LE(r.variant, 3);
+    const auto key = std::make_pair(r.d, r.backward);
+    auto it = last.find(key);
+    if (it == last.end()) EXPECT_EQ(r.from_longest, 0) << "each group starts at length 0";
+    else EXPECT_GT(r.from_longest, it->second) << "rows of a group in increasing length";
+    last[key] = r.from_longest;
+  }
+  EXPECT_EQ(last.size(), 4u) << "d 64 and 128, forward and backward";
+}
+
+TEST(AttentionChoice, LooksUpTheBandAndAppliesTheMargin) {
+  for (const auto& r : attention_choice_table()) {
+    // The row itself answers at its own start and just before the next band.
+    EXPECT_EQ(attention_choice_row(r.d, r.backward, r.from_longest), &r);
+    std::string why;
+    const bool ours = hopper_measured_faster(r.d, r.backward, r.from_longest, &why);
+    EXPECT_EQ(ours, r.ours_over_cudnn >= ulysses::kOursMargin);
+    EXPECT_NE(why.find("cuDNN"), std::string::npos) << why;
+    EXPECT_NE(why.find(r.measured), std::string::npos) << why;
+  }
+  // No row: head sizes the Hopper kernels do not take, and an empty table group.
+  std::string why = "stale";
+  EXPECT_EQ(attention_choice_row(96, false, 4096), nullptr);
+  EXPECT_FALSE(hopper_measured_faster(96, false, 4096, &why));
+  EXPECT_TRUE(why.empty());
+  // Bands: a length between two rows takes the lower one.
+  const auto* lo = attention_choice_row(128, false, 0);
+  const auto* mid = attention_choice_row(128, false, 20000);
+  const auto* hi = attention_choice_row(128, false, int64_t(1) << 20);
+  ASSERT_NE(lo, nullptr);
+  ASSERT_NE(mid, nullptr);
+  ASSERT_NE(hi, nullptr);
+  EXPECT_LE(lo->from_longest, mid->from_longest);
+  EXPECT_LE(mid->from_longest, 20000);
+  EXPECT_LE(mid->from_longest, hi->from_longest);
+}
+
+}  // namespace
