@@ -11,6 +11,10 @@ and d = 64 (consumer 0 alone):
   - a named barrier never completes on two arrivals of the same consumer (hardware barriers count
     threads, not pairs: that would pair the wrong arrivals);
   - no deadlock, and every barrier ends with no arrival left over.
+And the deterministic option's order across CTAs (deterministic_order): CTAs dispatched in blockIdx
+order onto a few resident slots never deadlock, every dQ tile is summed by exactly the key blocks
+floor(qbmin / 128) .. in increasing order, and walking query blocks from the last down waits less
+than walking them up.
 A deliberately wrong protocol (2 dS^T buffers, or one barrier per consumer instead of one per buffer)
 must fail, so the checks can fail. It models the protocol, not the CUDA source or the hardware.
   python3 tools/hopper_backward_protocol_model.py      (a few seconds)
@@ -159,9 +163,84 @@ def check(label, expect_ok, trials, **kw):
         sys.exit(f"protocol model: {label} should {'pass' if expect_ok else 'fail'}")
 
 
+def deterministic_order(S, group, lens, resident, descending, rng):
+    """The deterministic dQ order across CTAs (one kv head): the CTAs of key blocks of 128 keys are
+    dispatched in blockIdx order onto `resident` slots, each walks its (query head, 64-row block)
+    pairs as backward_cta's walk does (DET: query blocks from the last down, heads inside) and, per
+    pair, waits until the tile's counter equals kb - floor(qbmin / 128), adds, increments. A step of a
+    CTA is one pair; CTAs step in random order. Returns the steps a CTA spent waiting, in all, or
+    raises on a deadlock or a contribution out of key-block order."""
+    doc = []
+    start = 0
+    for n in lens + [S - sum(lens)]:
+        doc += [start] * n
+        start += n
+    nqb, nkb = (S + 63) // 64, (S + 127) // 128
+    qbmin = [min(doc[64 * b: min(64 * b + 64, S)]) for b in range(nqb)]
+    sufmin = [min(qbmin[b:]) for b in range(nqb)]
+    def pairs(kb):
+        k0, k_last = 128 * kb, min(128 * kb + 127, S - 1)
+        qb_begin = k0 // 64
+        end = qb_begin
+        while end < nqb and sufmin[end] <= k_last:
+            end += 1
+        nq = max(end - qb_begin, 0)
+        its = range(group * nq)
+        out = []
+        for it in its:
+            if descending:
+                h, qb = it % group, qb_begin + nq - 1 - it // group
+            else:
+                h, qb = it // nq, qb_begin + it % nq
+            if qbmin[qb] <= k_last:
+                out.append((h, qb))
+        return out
+    walks = [pairs(kb) for kb in range(nkb)]
+    pos = [0] * nkb
+    counter = {}
+    added = {}  # tile -> key blocks in the order they added
+    running, nxt, waited = [], 0, 0
+    while nxt < nkb or running:
+        while len(running) < resident and nxt < nkb:
+            running.append(nxt)
+            nxt += 1
+        progress = [kb for kb in running if pos[kb] == len(walks[kb]) or
+                    counter.get(walks[kb][pos[kb]], 0) == kb - qbmin[walks[kb][pos[kb]][1]] // 128]
+        waited += len(running) - len(progress)
+        if not progress:
+            raise Violation(f"deterministic order deadlocks: CTAs {running} all wait")
+        kb = rng.choice(progress)
+        if pos[kb] == len(walks[kb]):
+            running.remove(kb)
+            continue
+        tile = walks[kb][pos[kb]]
+        counter[tile] = counter.get(tile, 0) + 1
+        added.setdefault(tile, []).append(kb)
+        pos[kb] += 1
+    for tile, kbs in added.items():
+        if kbs != sorted(kbs):
+            raise Violation(f"tile {tile}: key blocks added in the order {kbs}")
+        lo = qbmin[tile[1]] // 128
+        if kbs != list(range(lo, lo + len(kbs))):
+            raise Violation(f"tile {tile}: contributors {kbs} are not floor(qbmin / 128) onwards")
+    return waited
+
+
 if __name__ == "__main__":
     for d in (128, 64):
         check(f"variant 3, d {d}", True, 3000, d=d, NS=2, bufs=3, per_buffer_bars=True)
     check("wrong: 2 dS^T buffers", False, 3000, d=128, NS=2, bufs=2, per_buffer_bars=True)
     check("wrong: one barrier per consumer", False, 3000, d=128, NS=2, bufs=3, per_buffer_bars=False)
+    rng = random.Random(3)
+    waits = {True: 0, False: 0}
+    for S, group, lens in [(1, 1, []), (300, 2, []), (1000, 4, [300, 1, 70]), (2048, 4, []), (3000, 2, [1500]),
+                           (4097, 1, [1365, 1, 70])]:
+        for resident in (1, 3, 8):
+            for desc in (True, False):
+                waits[desc] += deterministic_order(S, group, lens, resident, desc, rng)
+    print(f"deterministic dQ order: no deadlock, every tile summed in key-block order (S up to 4097, packed "
+          f"documents, 1-8 resident CTAs); CTA-steps spent waiting: {waits[True]} walking query blocks "
+          f"down, {waits[False]} walking them up")
+    if waits[True] >= waits[False]:
+        sys.exit("protocol model: walking query blocks down should wait less")
     print("protocol model: ok")
