@@ -506,6 +506,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
           red_release_gpu_add(order, 1);
         }
       }
+      __syncwarp();  // the warp whole again before its next aligned (wgmma, barrier) instruction
     } else {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
