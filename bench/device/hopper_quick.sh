@@ -7,6 +7,7 @@
 # 32 / 8 heads, S 32K and 128K (QUICK_SIZES="4096 32768 131072" to add 4K). Partial results are printed as they
 # come; every step has its own timeout; a hang in a small case skips that kernel's later steps.
 #   bash bench/device/hopper_quick.sh BUILD     (BUILD: the carried GPU build directory)
+#   QUICK_SIZES="32768": the timings at these lengths only; QUICK_MEMCHECK=0: no memcheck.
 set -uo pipefail
 B=${1:-build-gpu}
 TF="$B/tests/cuda_hopper_attention_test"
@@ -41,7 +42,7 @@ if [ $bwd_ok -eq 1 ]; then
   step "backward tests, variants 3, 3det, and the engine's" 180 "$TB" --gtest_color=no \
     --gtest_filter="$BV.*/v3:$BV.*/v3det:HopperAttentionBackward.*"
 fi
-if [ -x "$CS" ]; then
+if [ -x "$CS" ] && [ "${QUICK_MEMCHECK:-1}" = 1 ]; then
   [ $fwd_ok -eq 1 ] && step "memcheck forward v3" 60 "$CS" --tool memcheck --error-exitcode 9 "$TF" --gtest_color=no --gtest_filter="$FV.D128Small/v3"
   [ $bwd_ok -eq 1 ] && step "memcheck backward v3, v3det" 60 "$CS" --tool memcheck --error-exitcode 9 "$TB" --gtest_color=no --gtest_filter="$BV.D128Small/v3:$BV.D128Small/v3det"
 fi
