@@ -5,26 +5,27 @@
 namespace ulysses {
 
 namespace {
-// H100 (the device tool's card), 2026-12-06, `bash bench/device/hopper_vs_cudnn.sh` (attention_bench
-// --impl cudnn / --impl ours: forward variant 3, backward variant 2), causal, 32 / 8 heads.
-constexpr const char* kH100_1206 = "H100, 2026-12-06, hopper_vs_cudnn.sh";
+// H100 (the device tool's card), 2026-12-07, `bash bench/device/hopper_quick.sh` and the same binaries
+// by hand in the same session (attention_bench --impl cudnn / hopper3 for the forward,
+// hopper_bwd_bench --impl cudnn / hopper2 for the backward alone), causal, 32 / 8 heads.
+constexpr const char* kH100_1207 = "H100, 2026-12-07, hopper_quick.sh";
 }  // namespace
 
 const std::vector<AttentionChoiceRow>& attention_choice_table() {
   static const std::vector<AttentionChoiceRow> rows = {
-      // d 128 forward: 4K, 32K, 128K (packed 8 x 4K: 0.75, as the 4K row)
-      {128, false, 0, 3, 0.78, kH100_1206},
-      {128, false, 16384, 3, 0.85, kH100_1206},
-      {128, false, 65536, 3, 0.94, kH100_1206},
-      // d 128 backward
-      {128, true, 0, 2, 0.58, kH100_1206},
-      {128, true, 16384, 2, 0.76, kH100_1206},
-      {128, true, 65536, 2, 0.77, kH100_1206},
+      // d 128 forward, variant 3: 4K, 32K, 128K (packed 8 x 4K: 0.88, as the 4K row)
+      {128, false, 0, 3, 473.5 / 527.5, kH100_1207},
+      {128, false, 16384, 3, 597.2 / 613.4, kH100_1207},
+      {128, false, 65536, 3, 575.7 / 561.3, kH100_1207},
+      // d 128 backward: variant 2 (variant 3 within 2% of it); at 128K only variant 3 was timed
+      {128, true, 0, 2, 269.7 / 412.5, kH100_1207},
+      {128, true, 16384, 2, 445.7 / 531.6, kH100_1207},
+      {128, true, 65536, 3, 436.8 / 534.7, kH100_1207},
       // d 64: 4K, 32K
-      {64, false, 0, 3, 0.73, kH100_1206},
-      {64, false, 16384, 3, 0.75, kH100_1206},
-      {64, true, 0, 2, 0.60, kH100_1206},
-      {64, true, 16384, 2, 0.83, kH100_1206},
+      {64, false, 0, 3, 312.6 / 360.3, kH100_1207},
+      {64, false, 16384, 3, 440.8 / 485.5, kH100_1207},
+      {64, true, 0, 2, 202.9 / 311.6, kH100_1207},
+      {64, true, 16384, 2, 367.9 / 422.5, kH100_1207},
   };
   return rows;
 }
