@@ -1,10 +1,12 @@
 // Hopper (sm_90a) causal attention backward, warp-specialised with wgmma, after the design of
 // FlashAttention-3's backward (Shah et al., arXiv 2407.08608); our own code. Same semantics,
 // arguments, workspace and outputs as attention_backward (attention.h). See docs/attention.md.
-// Two variants of one kernel body (backward_cta<D, NS, V>): 1 as described below; 2 with a TMA
-// producer (produce_tma: Q, dO by one thread, the rows' data by one warp) and dQ stored to shared
+// Three variants of one kernel body (backward_cta<D, NS, V, DET>): 1 as described below; 2 with a
+// TMA producer (produce_tma: Q, dO by one thread, the rows' data by one warp) and dQ stored to shared
 // memory and added to dq_acc by TMA reductions (dq_out), plus a mask-free path for wholly visible
-// pairs. Both correct on an H100 (2026-12-06); variant 2's fast path and later steps not yet.
+// pairs; 3: 2 with its consumers coupled one pair late (three dS^T buffers, per-buffer named
+// barriers) and an option (DET) for a deterministic order of the dQ reductions. All correct on an
+// H100 (2026-12-06 and -07); 2 is the fastest (3 within 1-3% of it).
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
@@ -468,9 +470,10 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     if constexpr (kTma) {
       // Into this consumer's buffer `buf` as two 128-byte-swizzled boxes of 32 columns (column
       // 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), then one
-      // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). The
-      // buffer is rewritten two pairs later, after that thread's wait for the reads of this
-      // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it.
+      // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). Variant
+      // 2: the buffer is rewritten two pairs later, after that thread's wait for the reads of this
+      // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it;
+      // variant 3 has one buffer and waits for the reads before rewriting it.
       const uint32_t sdq = base + T::dq_off + ((V == 2 ? buf : 0) * T::kHalves + c) * T::dq_cons_bytes;
       if constexpr (V == 3) {
         // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
