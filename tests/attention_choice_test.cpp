@@ -36,7 +36,7 @@ TEST(AttentionChoice, TableIsWellFormed) {
 
 TEST(AttentionChoice, LooksUpTheBandAndAppliesTheMargin) {
   for (const auto& r : attention_choice_table()) {
-    // The row itself answers at its own start and just before the next band.
+    // The row itself answers at its own start.
     EXPECT_EQ(attention_choice_row(r.d, r.backward, r.from_longest), &r);
     std::string why;
     const bool ours = hopper_measured_faster(r.d, r.backward, r.from_longest, &why);
@@ -44,7 +44,7 @@ TEST(AttentionChoice, LooksUpTheBandAndAppliesTheMargin) {
     EXPECT_NE(why.find("cuDNN"), std::string::npos) << why;
     EXPECT_NE(why.find(r.measured), std::string::npos) << why;
   }
-  // No row: head sizes the Hopper kernels do not take, and an empty table group.
+  // No row: a head size the Hopper kernels do not take.
   std::string why = "stale";
   EXPECT_EQ(attention_choice_row(96, false, 4096), nullptr);
   EXPECT_FALSE(hopper_measured_faster(96, false, 4096, &why));

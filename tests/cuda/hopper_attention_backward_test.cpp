@@ -187,8 +187,8 @@ TEST_P(HopperAttentionBackwardVariant, D128SharpSoftmax) {
 TEST_P(HopperAttentionBackwardVariant, D128ManySmallDocuments) {
   run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, GetParam(), stream);
 }
-// Sliding windows (Mistral's), folded into doc_start as the engine does: not yet passed to the Hopper
-// kernels by the engine (cuda_backend_ops.cpp) until these have run on a GPU.
+// Sliding windows (Mistral's), folded into doc_start as the engine does. The engine passes windowed
+// rows only to variant 3 (cuda_backend_ops.cpp), the one these passed on a GPU (H100, 2026-12-07).
 TEST_P(HopperAttentionBackwardVariant, D128SlidingWindow) {
   run_case({1000, 4, 2, 128, {450, 3}, 1.0, 100}, GetParam(), stream);
   run_case({2000, 8, 2, 128, {}, 1.0, 300}, GetParam(), stream);
@@ -226,7 +226,7 @@ TEST_F(HopperAttentionBackward, BackendOptInDecoupled) {
 }
 
 // Deterministic dq at a size where several key blocks add to every query block (8K tokens, 64 key
-// blocks): three runs, bitwise equal; and the engine's opt-in, with its refusal of a mismatched variant.
+// blocks): three runs, bitwise equal; and the refusal of the option on another variant.
 TEST_F(HopperAttentionBackward, DeterministicRepeats) {
   const int64_t S = 8192, H = 8, Hkv = 2, d = 128;
   const size_t nq = size_t(S * H * d), nk = size_t(S * Hkv * d), nl = size_t(H * S);

@@ -172,8 +172,8 @@ TEST_P(HopperAttentionVariant, D128ManySmallDocuments) {
   run_case({2000, 8, 2, 128, {1, 129, 1, 333, 64, 200, 1, 127, 128, 5}}, GetParam(), stream);
 }
 
-// Sliding windows (Mistral's), folded into doc_start as the engine does: not yet passed to the Hopper
-// kernels by the engine (cuda_backend_ops.cpp) until these have run on a GPU.
+// Sliding windows (Mistral's), folded into doc_start as the engine does. The engine passes windowed
+// rows only to variant 3 (cuda_backend_ops.cpp), the one these passed on a GPU (H100, 2026-12-07).
 TEST_P(HopperAttentionVariant, D128SlidingWindow) {
   run_case({1000, 4, 2, 128, {450, 3}, 1.0, 100}, GetParam(), stream);
   run_case({2000, 8, 2, 128, {}, 1.0, 300}, GetParam(), stream);
