@@ -201,7 +201,7 @@ TEST_P(HopperAttentionBackwardVariant, D128PackedDocumentsSweep) { sweep(128, tr
 TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false, GetParam(), stream); }
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
-                         ::testing::Values(Variant{1}, Variant{2}, Variant{3}, Variant{3, true}),
+                         ::testing::Values(Variant{1}, Variant{2}, Variant{3}, Variant{3, true}, Variant{4}),
                          [](const ::testing::TestParamInfo<Variant>& i) {
                            return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
                          });

@@ -35,6 +35,7 @@ struct BwdParams {
   int Sq, Sk, q_off, k_off;
   int H, Hkv, group, nqb;
   float scale_log2, scale;
+  int heads_inside = 1;  // the Hopper backward's CTA order: 1: blockIdx.x = kv head; 0: x = key block
 };
 
 template <int D, int NW, int BR>

@@ -34,6 +34,12 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 // docs/attention.md). Anything else throws an Error naming the variable.
 int hopper_attention_variant();
 
+// The CTA order of the Hopper forward and backward (read at each call, for A/B runs):
+// ULYSSES_HOPPER_CTA_ORDER=heads-inside (or unset, the default) dispatches the heaviest blocks of
+// every head first (blockIdx.x walks the heads of one block), heads-outer the blocks of one head after
+// another (the order before 2026-12-07). Anything else throws an Error naming the variable.
+bool hopper_cta_heads_inside();
+
 // hopper_attention_forward with the variant given (1, 2 or 3), for tests and benchmarks that run all.
 void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,

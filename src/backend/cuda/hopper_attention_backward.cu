@@ -152,6 +152,26 @@ __device__ __forceinline__ void mma_kmajor(float (&acc)[32], uint32_t a, uint32_
   }
 }
 
+// mma_kmajor with A's first R k-steps from registers (`ar`, m16n8k16 A fragments of the warp's rows),
+// the rest from the tile at `a`.
+template <int D, int R>
+__device__ __forceinline__ void mma_kmajor_rs(float (&acc)[32], const uint32_t (&ar)[R][4], uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
+    if (kk < R) wgmma_rs_m64n64k16(acc, ar[kk], desc_at(b + koff, 16, 1024), kk > 0 ? 1 : 0);
+    else wgmma_ss_m64n64k16(acc, desc_at(a + koff, 16, 1024), desc_at(b + koff, 16, 1024), 1);
+  }
+}
+
+// ldmatrix.x4 from a shared-memory address (this lane's row).
+__device__ __forceinline__ void ldsm_x4_at(uint32_t (&r)[4], uint32_t saddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(saddr)
+               : "memory");
+}
+
 // Pair `it` of the CTA's walk: query head and query block.
 struct Pair {
   int h, qb;
@@ -214,7 +234,7 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
 // TMA reductions; 3: 2 with the consumers coupled one pair late. DET (variant 3 only): the dQ
 // reductions into each (query head, 64-row block, column half) in the order of the key blocks.
-template <int D, int NS, int V, bool DET = false>
+template <int D, int NS, int V, bool DET = false, bool KREG = false, int KREG_STEPS = D / 16>
 __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -228,7 +248,11 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, lane = tid % 32;
   const int S = p.Sq;
-  const int kb = blockIdx.x, hk = blockIdx.y;
+  // Key blocks in order across the kv heads (blocks are dispatched x fastest): the causal work of a
+  // key block falls with its index, so the heaviest go first and the lightest fill the tail. (With
+  // the key blocks of one head after another, a list-scheduling model puts the 4K makespan at 1.59x
+  // the mean load, 1.00x so.)
+  const int hk = p.heads_inside ? blockIdx.x : blockIdx.y, kb = p.heads_inside ? blockIdx.y : blockIdx.x;
   const int k0 = kb * kBC;
   const int k_last = min(k0 + kBC - 1, S - 1);
   const int64_t q_row = int64_t(p.H) * D, kv_row = int64_t(p.Hkv) * D;
@@ -351,14 +375,34 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     for (int i = 0; i < 32; ++i) dk[hh][i] = dv[hh][i] = 0.f;
   float st[32], dpt[32];  // S^T, then P^T; dP^T, then dS^T
   uint32_t pa[4][4], sa[4][4];
+  // KREG (variant 4): this consumer's K and V rows held as the register A operands of S^T = K Q^T and
+  // dP^T = V dO^T for the first KREG_STEPS k-steps, loaded once (ldmatrix from the swizzled tile: lane l
+  // gives row 16 wi + l % 16, 16-byte chunk 2 (kk % 4) + l / 16 of half kk / 4, which is the m16n8k16
+  // A fragment of the warp's 16 rows); those steps then read only Q, dO from shared memory, half the
+  // operand bytes of the SS form. d 64: all 4 steps (32 registers). d 128: none (even two steps of K
+  // alone made ptxas spill, its consumers have no registers to spare), so variant 4 is variant 2 there.
+  constexpr int kKreg = KREG ? KREG_STEPS : 0;
+  uint32_t kreg[kKreg > 0 ? kKreg : 1][4], vreg[kKreg > 0 ? kKreg : 1][4];
+#pragma unroll
+  for (int kk = 0; kk < kKreg; ++kk) {
+    const uint32_t off = (kk / 4) * (64 * 128) + sw128(16 * wi + (lane & 15), 2 * (kk % 4) + (lane >> 4));
+    ldsm_x4_at(kreg[kk], sk + off);
+    ldsm_x4_at(vreg[kk], sv + off);
+  }
 
   auto stage_q = [&](int s) { return base + T::stage_off + s * T::stage_bytes; };
   // S^T = K Q^T and dP^T = V dO^T of the pair in stage s (64 keys x 64 rows each), two commit groups.
   auto issue_scores = [&](int s) {
     wgmma_fence();
-    mma_kmajor<D>(st, sk, stage_q(s));
-    wgmma_commit();
-    mma_kmajor<D>(dpt, sv, stage_q(s) + T::q_tile_bytes);
+    if constexpr (kKreg > 0) {
+      mma_kmajor_rs<D, kKreg>(st, kreg, sk, stage_q(s));
+      wgmma_commit();
+      mma_kmajor_rs<D, kKreg>(dpt, vreg, sv, stage_q(s) + T::q_tile_bytes);
+    } else {
+      mma_kmajor<D>(st, sk, stage_q(s));
+      wgmma_commit();
+      mma_kmajor<D>(dpt, sv, stage_q(s) + T::q_tile_bytes);
+    }
     wgmma_commit();
   };
   // From the scores in flight (exactly their two groups outstanding) to dV, dK issued (one commit
@@ -622,13 +666,17 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 }
 
 // Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
-template <int D, int NS, int V, bool DET>
+template <int D, int NS, int V, bool DET, bool KREG = false, int KREG_STEPS = D / 16>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_backward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tq,
                                          const __grid_constant__ CUtensorMap tdo,
                                          const __grid_constant__ CUtensorMap tdq) {
-  backward_cta<D, NS, V, DET>(p, &tq, &tdo, &tdq);
+  backward_cta<D, NS, V, DET, KREG, KREG_STEPS>(p, &tq, &tdo, &tdq);
 }
+
+// Variant 4: the k-steps of K and V held in registers (all at d 64; none at d 128, see kKreg).
+template <int D>
+constexpr int kKregSteps = D == 64 ? 4 : 0;
 
 // Both variants: 2 stages (variant 2 at d = 128 fills 226.5 KB of the 227 KB with its dQ buffers).
 constexpr int kStages = 2;
@@ -636,12 +684,17 @@ constexpr int kStages = 2;
 template <int D>
 void launch(const Params& p, int variant, bool deterministic, cudaStream_t stream) {
   const char* op = "cuda::hopper_attention_backward";
-  const dim3 grid(static_cast<unsigned>((p.Sq + kBC - 1) / kBC), static_cast<unsigned>(p.Hkv));
+  const unsigned nkb = static_cast<unsigned>((p.Sq + kBC - 1) / kBC), nh = static_cast<unsigned>(p.Hkv);
+  const dim3 grid = p.heads_inside ? dim3(nh, nkb) : dim3(nkb, nh);  // see backward_cta
   if (variant >= 2) {
-    // Variants 2 and 3 share the launch; only the kernel and its shared memory differ.
-    const auto kernel = variant == 2       ? hopper_attention_backward_tma_kernel<D, kStages, 2, false>
-                        : deterministic    ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
-                                           : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
+    // Variants 2, 3 and 4 share the launch; only the kernel and its shared memory differ (4 is 2 with
+    // K in registers).
+    auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false>;
+    if (variant == 3)
+      kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
+                             : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
+    if constexpr (kKregSteps<D> > 0)
+      if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>>;
     const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
     const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
     const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
@@ -675,13 +728,14 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   std::string why;
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
-  ULY_CHECK(variant >= 1 && variant <= 3, op << ": variant " << variant << " (there are 1, 2 and 3)");
+  ULY_CHECK(variant >= 1 && variant <= 4, op << ": variant " << variant << " (there are 1, 2, 3 and 4)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;
   attn_bwd::WorkspaceParts w;
-  const attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
+  attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
                                                      Hkv, d, scale, workspace, workspace_bytes, hopper_bwd::kBR, &w);
+  p.heads_inside = hopper_cta_heads_inside() ? 1 : 0;
   char* ws = static_cast<char*>(workspace);
   attn_bwd::preprocess(ws, w, dout, out, doc_start, S, H, d, hopper_bwd::kBR, stream);
   if (d == 128) hopper_bwd::launch<128>(p, variant, deterministic, stream);
