@@ -4,6 +4,7 @@
 # speed of light (tensor pipe, shared memory, L2, DRAM), warp stall reasons, shared
 # memory and L2 traffic; text on stdout. Skips (rc 0) where ncu is absent.
 #   bash bench/device/hopper_profile.sh BUILD
+#   HOPPER_PROFILE_ONLY=REGEX: only the launches whose label matches (e.g. "variant 2").
 set -uo pipefail
 B=${1:-build-gpu}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -11,6 +12,7 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy"
 prof() {  # label, kernel-name regex, command...
   local label=$1 kernel=$2; shift 2
+  [[ "$label" =~ ${HOPPER_PROFILE_ONLY:-.} ]] || return 0
   echo "== hopper_profile: $label"
   timeout 120 "$NCU" --kernel-name "regex:$kernel" --launch-skip 1 --launch-count 1 $SECTIONS "$@" 2>&1 |
     grep -v '^==PROF==' | sed 's/^/  /'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Hopper (sm_90a, wgmma) attention kernels in one device call of under ten minutes (issue 31):
 # the forward's tests of variant 3 (the default) and the engine's opt-ins, the backward's tests of
-# variants 3 and 3 deterministic, a memcheck of the newest variants' small cases, then the
+# variants 3, 3 deterministic and 4, a memcheck of the newest variants' small cases, then the
 # timings against cuDNN in the same call: forward (attention_bench: cudnn, hopper3) and backward
 # alone (hopper_bwd_bench: cudnn, hopper2, hopper3, hopper3d; at 128K cudnn, hopper3) at d 128,
 # 32 / 8 heads, S 32K and 128K (QUICK_SIZES="4096 32768 131072" to add 4K). Partial results are printed as they
@@ -36,15 +36,15 @@ if [ $fwd_ok -eq 1 ]; then
   step "forward tests v3 and the engine's" 120 "$TF" --gtest_color=no --gtest_filter="$FV.*/v3:HopperAttention.*"
 fi
 bwd_ok=1
-step "backward small cases v3, v3det" 45 "$TB" --gtest_color=no --gtest_filter="$BV.D128Small/v3:$BV.D128Small/v3det:$BV.D64Small/v3" || bwd_ok=0
+step "backward small cases v3, v3det, v4" 45 "$TB" --gtest_color=no --gtest_filter="$BV.D128Small/v3:$BV.D128Small/v3det:$BV.D64Small/v3:$BV.D64Small/v4" || bwd_ok=0
 if [ $bwd_ok -eq 1 ]; then
   # (variants 1 and 2, tested on a GPU before, are left to hopper_bwd.sh)
-  step "backward tests, variants 3, 3det, and the engine's" 180 "$TB" --gtest_color=no \
-    --gtest_filter="$BV.*/v3:$BV.*/v3det:HopperAttentionBackward.*"
+  step "backward tests, variants 3, 3det, 4, and the engine's" 180 "$TB" --gtest_color=no \
+    --gtest_filter="$BV.*/v3:$BV.*/v3det:$BV.*/v4:HopperAttentionBackward.*"
 fi
 if [ -x "$CS" ] && [ "${QUICK_MEMCHECK:-1}" = 1 ]; then
   [ $fwd_ok -eq 1 ] && step "memcheck forward v3" 60 "$CS" --tool memcheck --error-exitcode 9 "$TF" --gtest_color=no --gtest_filter="$FV.D128Small/v3"
-  [ $bwd_ok -eq 1 ] && step "memcheck backward v3, v3det" 60 "$CS" --tool memcheck --error-exitcode 9 "$TB" --gtest_color=no --gtest_filter="$BV.D128Small/v3:$BV.D128Small/v3det"
+  [ $bwd_ok -eq 1 ] && step "memcheck backward v3, v3det, v4" 60 "$CS" --tool memcheck --error-exitcode 9 "$TB" --gtest_color=no --gtest_filter="$BV.D128Small/v3:$BV.D128Small/v3det:$BV.D64Small/v4"
 fi
 
 echo "== hopper_quick: timings, d 128, H 32 / Hkv 8"
