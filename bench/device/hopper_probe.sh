@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# One short device call (under a minute on an H100) for the Hopper attention kernels (issue 31):
+# One short device call (about a minute on an H100) for the Hopper attention kernels (issue 31):
 # wgmma_rate_bench (what the kernels' wgmma shapes reach alone), the forward's variant-3 tests and the
-# engine's, the backward's variant 2 and 4 tests and the engine's, then timings next to cuDNN
-# (forward at 4K, 32K, packed 8 x 4K; backward alone at d 128 4K/32K and d 64 4K/32K with variants
-# 2 and 4), and memchecks of small cases (backward v3, v3det, v4; forward v3).
+# engine's, the backward's tests of variants 2, 4, 5 and 6 and the engine's, then timings next to
+# cuDNN: the forward at 4K, 32K and packed 8 x 4K; the backward alone at d 128 (variants 2, 5, 6) and
+# d 64 (2, 4, 5, 6) at 4K and 32K; at 32K the CTA order A/B (ULYSSES_HOPPER_CTA_ORDER heads-outer /
+# heads-inside) of the forward and of backward variant 2; memchecks of small cases.
 #   bash bench/device/hopper_probe.sh BUILD    (through runner.py: case hopper_probe)
+#   PROBE_RATE=0: without wgmma_rate_bench.
 set -u
 B=${1:-build-gpu}
 OUT=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-echo "== rate"; timeout 60 $B/wgmma_rate_bench 2>&1 | tee $OUT/rate.txt
+[ "${PROBE_RATE:-1}" = 1 ] && { echo "== rate"; timeout 60 $B/wgmma_rate_bench 2>&1 | tee $OUT/rate.txt; }
 FV='Hopper/HopperAttentionVariant'
 BV='Hopper/HopperAttentionBackwardVariant'
-echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:HopperAttention.*" 2>&1 | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|tests ran" | tail -15
-echo "== bwd tests"; timeout 200 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no --gtest_filter="$BV.*/v2:$BV.*/v4:HopperAttentionBackward.*" 2>&1 | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|tests ran" | tail -25
-echo "== fwd bench"; for a in "4096" "32768" "--doc-len 4096 32768"; do for i in cudnn hopper3; do timeout 60 $B/attention_bench --impl $i $a 2>&1 | grep -E "^(cudnn|hopper3) |error"; done; done
-echo "== bwd bench d128"; for S in 4096 32768; do for i in cudnn hopper2; do timeout 60 $B/hopper_bwd_bench --reps 5 --impl $i $S 2>&1 | grep -E 'backward|error'; done; done
-echo "== bwd bench d64"; for S in 4096 32768; do for i in cudnn hopper2 hopper4; do timeout 60 $B/hopper_bwd_bench --head-dim 64 --reps 5 --impl $i $S 2>&1 | grep -E 'backward|error'; done; done
+ok() { grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|tests ran" | tail -25; }
+echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:HopperAttention.*" 2>&1 | ok
+echo "== bwd tests"; timeout 240 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
+  --gtest_filter="$BV.*/v2:$BV.*/v4:$BV.*/v5:$BV.*/v6:HopperAttentionBackward.*" 2>&1 | ok
+fwd() { timeout 60 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(cudnn|hopper3) |error"; }
+bwd() { timeout 60 $B/hopper_bwd_bench --reps 5 --impl "$@" 2>&1 | grep -E 'backward|error'; }
+echo "== fwd bench"; for a in "4096" "32768" "--doc-len 4096 32768"; do fwd cudnn $a; fwd hopper3 $a; done
+echo "== bwd bench d128"; for S in 4096 32768; do for i in cudnn hopper2 hopper5 hopper6; do bwd $i $S; done; done
+echo "== bwd bench d64"; for S in 4096 32768; do for i in cudnn hopper2 hopper4 hopper5 hopper6; do bwd $i --head-dim 64 $S; done; done
+echo "== CTA order A/B at 32K (forward, backward variant 2)"
+for o in heads-outer heads-inside heads-outer heads-inside; do
+  echo "-- $o"; ULYSSES_HOPPER_CTA_ORDER=$o fwd hopper3 32768; ULYSSES_HOPPER_CTA_ORDER=$o bwd hopper2 32768
+done
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-echo "== memcheck"; timeout 70 $CS --tool memcheck --error-exitcode 9 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no --gtest_filter="$BV.D128Small/v3:$BV.D128Small/v3det:$BV.D64Small/v4" 2>&1 | tail -4
-timeout 60 $CS --tool memcheck --error-exitcode 9 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter='Hopper/HopperAttentionVariant.D128Small/v3' 2>&1 | tail -4
+echo "== memcheck"
+timeout 90 $CS --tool memcheck --error-exitcode 9 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
+  --gtest_filter="$BV.D128Small/v5:$BV.D128Small/v6:$BV.D64Small/v6:$BV.D64Small/v4" 2>&1 | tail -4
 echo "== done"

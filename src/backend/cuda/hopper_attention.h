@@ -54,7 +54,10 @@ bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std:
 // Arguments as attention_backward (attention.h). Throws an Error on an unsupported problem.
 // `variant` 1: a cp.async producer, dQ accumulated by red.global.add from registers; 2: TMA loads of Q
 // and dO, dQ through shared memory and TMA reductions; 3: variant 2 with its two consumer warpgroups
-// coupled one pair late rather than in lockstep (docs/attention.md). `deterministic` (variant 3 only):
+// coupled one pair late rather than in lockstep (docs/attention.md); 4: variant 2 with K and V held in
+// registers at d 64 (variant 2 itself at d 128); 5: variant 4 with dV issued before dS^T is computed;
+// 6: variant 5 with a pair's dQ reductions issued under the next pair's scores (5 and 6 not yet run on
+// a GPU: 2026-12-07). `deterministic` (variant 3 only):
 // dQ's partial sums are added in a fixed order, so dq is bitwise the same from run to run (dk and dv
 // always are).
 void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,

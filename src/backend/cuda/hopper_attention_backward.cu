@@ -5,8 +5,11 @@
 // TMA producer (produce_tma: Q, dO by one thread, the rows' data by one warp) and dQ stored to shared
 // memory and added to dq_acc by TMA reductions (dq_out), plus a mask-free path for wholly visible
 // pairs; 3: 2 with its consumers coupled one pair late (three dS^T buffers, per-buffer named
-// barriers) and an option (DET) for a deterministic order of the dQ reductions. All correct on an
-// H100 (2026-12-06 and -07); 2 is the fastest (3 within 1-3% of it).
+// barriers) and an option (DET) for a deterministic order of the dQ reductions; 4 (KREG): 2 with K and V
+// as register A operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon
+// as P^T is known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's
+// scores. 1-4 correct on an H100 (2026-12-06 and -07); 2 is the fastest at d 128, 4 at d 64; 5 and 6
+// written 2026-12-07 without a GPU, not yet run.
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
@@ -234,11 +237,14 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
 // TMA reductions; 3: 2 with the consumers coupled one pair late. DET (variant 3 only): the dQ
 // reductions into each (query head, 64-row block, column half) in the order of the key blocks.
-template <int D, int NS, int V, bool DET = false, bool KREG = false, int KREG_STEPS = D / 16>
+template <int D, int NS, int V, bool DET = false, bool KREG = false, int KREG_STEPS = D / 16, bool EDV = false,
+          bool PIPE = false>
 __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, NS, V>;
+  static_assert(!EDV || V == 2, "the early dV (variant 5) is built on variant 2's loop");
+  static_assert(!PIPE || (V == 2 && !DET), "the pipelined dQ output (variant 6) is built on variant 2's loop");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -406,7 +412,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     wgmma_commit();
   };
   // From the scores in flight (exactly their two groups outstanding) to dV, dK issued (one commit
-  // group) and this consumer's dS^T in the shared tile `buf`, both consumers met at the barrier.
+  // group; EDV: two, dV's first) and this consumer's dS^T in the shared tile `buf`, both consumers met
+  // at the barrier.
   auto gradients = [&](int s, int q0, int buf) {
     const float* c_lse = reinterpret_cast<const float*>(smem + T::row_off + s * T::row_bytes);
     const float* c_ds = c_lse + kBR;
@@ -434,26 +441,46 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
           st[4 * nn + e] = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
         }
     }
-    wgmma_wait<0>();
+    // dV += P^T dO, dK += dS^T Q (B operands MN-major: rows of the tile are the k dimension).
+    const uint32_t sq = stage_q(s), so = sq + T::q_tile_bytes;
+    auto pack_p = [&] {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) pa[kk][x] = pack_bf16(st[8 * kk + 2 * x], st[8 * kk + 2 * x + 1]);
+    };
+    if constexpr (EDV) {
+      // Variant 5: dV needs only P^T, so its wgmmas (own commit group) go now and run while this
+      // thread waits for dP^T and computes dS^T, which otherwise leaves the tensor cores idle.
+      pack_p();
+#pragma unroll
+      for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(dv[hh]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int hh = 0; hh < T::kHalves; ++hh)
+          wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_at(so + hh * (kBR * 128) + kk * (16 * 128), 1024, 1024), 1);
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T (the older group) done; dV may still run
+    } else {
+      wgmma_wait<0>();
+    }
     fence_regs(dpt);
     // dpt <- dS^T = P^T (dP^T - dsum).
 #pragma unroll
     for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dpt[4 * nn + e] = st[4 * nn + e] * (dpt[4 * nn + e] - c_ds[8 * nn + 2 * t + (e & 1)]);
+    if constexpr (!EDV) pack_p();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        pa[kk][x] = pack_bf16(st[8 * kk + 2 * x], st[8 * kk + 2 * x + 1]);
-        sa[kk][x] = pack_bf16(dpt[8 * kk + 2 * x], dpt[8 * kk + 2 * x + 1]);
-      }
+      for (int x = 0; x < 4; ++x) sa[kk][x] = pack_bf16(dpt[8 * kk + 2 * x], dpt[8 * kk + 2 * x + 1]);
 
-    // dV += P^T dO, dK += dS^T Q (B operands MN-major: rows of the tile are the k dimension).
-    const uint32_t sq = stage_q(s), so = sq + T::q_tile_bytes;
 #pragma unroll
     for (int hh = 0; hh < T::kHalves; ++hh) {
-      fence_regs(dv[hh]);
+      if constexpr (!EDV) fence_regs(dv[hh]);
       fence_regs(dk[hh]);
     }
     wgmma_fence();
@@ -462,7 +489,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) {
         const uint32_t boff = hh * (kBR * 128) + kk * (16 * 128);
-        wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_at(so + boff, 1024, 1024), 1);
+        if constexpr (!EDV) wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_at(so + boff, 1024, 1024), 1);
         wgmma_rs_m64n64k16_tb(dk[hh], sa[kk], desc_at(sq + boff, 1024, 1024), 1);
       }
     wgmma_commit();
@@ -507,6 +534,18 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     __syncwarp();
     if (lane == 0) mbar_arrive(empty_bar + 8 * s);
   };
+  // This thread's dQ (done) into the shared tile at `sdq` as two 128-byte-swizzled boxes of 32 columns
+  // (column 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), fenced to the
+  // async proxy for the TMA reduction that reads it.
+  auto store_dq_tile = [&](const float (&dq)[32], uint32_t sdq) {
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        st_shared_v2_f32(sdq + (nn / 4) * T::dq_box_bytes + sw128(jl + 8 * hf, 2 * (nn % 4) + t / 2) + 8 * (t & 1),
+                         dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
+    fence_proxy_async();
+  };
   // dQ (done) added to dq_acc. Element 4n + e of dq: row q0 + jl + 8 (e / 2), column 64c + 8n + 2t + (e & 1).
   auto dq_out = [&](float (&dq)[32], const Pair& pr, int buf) {
     fence_regs(dq);
@@ -524,13 +563,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
         if (wtid == 0) bulk_wait_group_read<0>();
         named_barrier_sync(2 + c, 128);
       }
-#pragma unroll
-      for (int nn = 0; nn < 8; ++nn)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          st_shared_v2_f32(sdq + (nn / 4) * T::dq_box_bytes + sw128(jl + 8 * hf, 2 * (nn % 4) + t / 2) + 8 * (t & 1),
-                           dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
-      fence_proxy_async();
+      store_dq_tile(dq, sdq);
       named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
       if (wtid == 0) {
         int* order = nullptr;
@@ -611,6 +644,55 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
         dq_out(dq, prev, 0);
       }
     }
+  } else if constexpr (PIPE) {
+    // Variant 6: a pair's dQ leaves in two parts: its stores to shared memory (and their fence) at the
+    // end of the pair, the barrier and the TMA reductions at the start of the next, after the next
+    // pair's scores were issued, so the tensor cores run those meanwhile. Pair n: the wait for its
+    // stage, its scores, the reductions of pair n - 1's dQ (by one thread picked by predicate, and none
+    // for n = 0: no branch lies between a wgmma's issue and its wait, which would make ptxas serialize
+    // them), then its gradients, dQ product and dQ stores. Nothing is in flight across pairs.
+    // Whether this consumer computes dQ columns (d 64: consumer 0 only); a constant at d 128.
+    const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
+    auto dq_store = [&](float (&dq)[32], int buf) {  // this thread's dQ into buffer `buf`, fenced
+      fence_regs(dq);
+      const uint32_t sdq = base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes;
+      store_dq_tile(dq, sdq);
+    };
+    // Buffer `buf` (every thread of this consumer stored and fenced) added to dq_acc if `go`. Variant
+    // 2's buffer protocol: the wait for the reads of the reduction before this one, then the next
+    // pair's dS^T barrier, order it before that buffer is rewritten.
+    auto dq_issue = [&](bool go, const Pair& pr, int buf) {
+      const uint32_t sdq = base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes;
+      named_barrier_sync(2 + c, 128);
+      const bool one = go && wtid == 0;
+      tma_reduce_add_3d_if(one, tdq, 64 * c, pr.h, pr.qb * kBR, sdq);
+      tma_reduce_add_3d_if(one, tdq, 64 * c + 32, pr.h, pr.qb * kBR, sdq + T::dq_box_bytes);
+      bulk_commit_group_if(one);
+      bulk_wait_group_read_if<1>(one);
+    };
+    Pair prev{0, 0};
+    int n_pairs = 0;
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS, buf = n & 1;
+      mbar_wait(full_bar + 8 * s, round & 1);
+      issue_scores(s);
+      if (writes_dq) dq_issue(n > 0, prev, buf ^ 1);
+      gradients(s, pr.qb * kBR, buf);
+      if (writes_dq) {
+        float dq[32];
+        issue_dq(dq, buf);
+        wgmma_wait<1>();  // dV, dK done: the stage is free while dQ runs
+        release_stage(s);
+        wgmma_wait<0>();
+        dq_store(dq, buf);
+      } else {
+        wgmma_wait<0>();
+        release_stage(s);
+      }
+      prev = pr;
+      n_pairs = n + 1;
+    });
+    if (n_pairs > 0 && writes_dq) dq_issue(true, prev, (n_pairs - 1) & 1);
   } else {
     // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
     // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
@@ -666,12 +748,13 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 }
 
 // Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
-template <int D, int NS, int V, bool DET, bool KREG = false, int KREG_STEPS = D / 16>
+template <int D, int NS, int V, bool DET, bool KREG = false, int KREG_STEPS = D / 16, bool EDV = false,
+          bool PIPE = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_backward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tq,
                                          const __grid_constant__ CUtensorMap tdo,
                                          const __grid_constant__ CUtensorMap tdq) {
-  backward_cta<D, NS, V, DET, KREG, KREG_STEPS>(p, &tq, &tdo, &tdq);
+  backward_cta<D, NS, V, DET, KREG, KREG_STEPS, EDV, PIPE>(p, &tq, &tdo, &tdq);
 }
 
 // Variant 4: the k-steps of K and V held in registers (all at d 64; none at d 128, see kKreg).
@@ -687,14 +770,21 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
   const unsigned nkb = static_cast<unsigned>((p.Sq + kBC - 1) / kBC), nh = static_cast<unsigned>(p.Hkv);
   const dim3 grid = p.heads_inside ? dim3(nh, nkb) : dim3(nkb, nh);  // see backward_cta
   if (variant >= 2) {
-    // Variants 2, 3 and 4 share the launch; only the kernel and its shared memory differ (4 is 2 with
-    // K in registers).
+    // Variants 2 to 6 share the launch; only the kernel and its shared memory differ (4 is 2 with K
+    // and V in registers at d 64, 5 is 4 with dV issued early, 6 is 5 with the dQ output pipelined).
     auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false>;
     if (variant == 3)
       kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
                              : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
-    if constexpr (kKregSteps<D> > 0)
+    if constexpr (kKregSteps<D> > 0) {
       if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>>;
+      if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>, true>;
+      if (variant == 6)
+        kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>, true, true>;
+    } else {
+      if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, false, D / 16, true>;
+      if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, false, D / 16, true, true>;
+    }
     const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
     const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
     const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
@@ -728,7 +818,7 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   std::string why;
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
-  ULY_CHECK(variant >= 1 && variant <= 4, op << ": variant " << variant << " (there are 1, 2, 3 and 4)");
+  ULY_CHECK(variant >= 1 && variant <= 6, op << ": variant " << variant << " (there are 1 to 6)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;

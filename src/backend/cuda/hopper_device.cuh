@@ -155,6 +155,27 @@ template <int N>
 HOPPER_DEV void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// The same three for one thread picked by `pred`, without a branch (predicated in the PTX): for code
+// that runs while wgmmas are in flight, where a divergent branch makes ptxas serialize them (C7518).
+HOPPER_DEV void tma_reduce_add_3d_if(bool pred, const void* tmap, int c0, int c1, int c2, uint32_t src) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.u32 p, %5, 0;\n"
+      "@p cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n}\n" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(src), "r"(static_cast<uint32_t>(pred))
+      : "memory");
+}
+HOPPER_DEV void bulk_commit_group_if(bool pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %0, 0;\n@p cp.async.bulk.commit_group;\n}\n" ::"r"(
+                   static_cast<uint32_t>(pred))
+               : "memory");
+}
+template <int N>
+HOPPER_DEV void bulk_wait_group_read_if(bool pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n@p cp.async.bulk.wait_group.read %0;\n}\n" ::"n"(N),
+               "r"(static_cast<uint32_t>(pred))
+               : "memory");
+}
 HOPPER_DEV void st_shared_v2_f32(uint32_t saddr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(saddr), "f"(x), "f"(y) : "memory");
 }
