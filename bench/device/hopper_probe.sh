@@ -6,7 +6,8 @@
 # d 64 (2, 4, 5, 6) at 4K and 32K; at 32K the CTA order A/B (ULYSSES_HOPPER_CTA_ORDER heads-outer /
 # heads-inside) of the forward and of backward variant 2; memchecks of small cases.
 #   bash bench/device/hopper_probe.sh BUILD    (through runner.py: case hopper_probe)
-#   PROBE_RATE=0: without wgmma_rate_bench.
+#   PROBE_RATE=0: without wgmma_rate_bench. PROBE_PROFILE=1: then Nsight Compute's speed of light and
+#   warp stalls of backward variants 2 and 6 at 32K (hopper_profile.sh's sections; skipped without ncu).
 set -u
 B=${1:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -31,4 +32,17 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 echo "== memcheck"
 timeout 90 $CS --tool memcheck --error-exitcode 9 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
   --gtest_filter="$BV.D128Small/v5:$BV.D128Small/v6:$BV.D64Small/v6:$BV.D64Small/v4" 2>&1 | tail -4
+if [ "${PROBE_PROFILE:-0}" = 1 ]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [ -x "$NCU" ]; then
+    for v in 2 6; do
+      echo "== profile backward variant $v, 32K"
+      timeout 150 "$NCU" --kernel-name regex:hopper_attention_backward_tma --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats "$B/hopper_bwd_bench" --impl hopper$v --reps 1 32768 2>&1 |
+        grep -v '^==PROF==' | grep -E "Throughput|Pipe|Stall|Issued|Eligible|Duration|Frequency|Warp Cycles" | head -40
+    done
+  else
+    echo "== profile: no ncu"
+  fi
+fi
 echo "== done"
