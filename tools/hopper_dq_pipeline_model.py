@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""A model of how the Hopper attention backward's dQ leaves a consumer (variants 2 and 6 of
+src/backend/cuda/hopper_attention_backward.cu): each consumer warpgroup stores its dQ of a pair into
+one of two shared-memory buffers, and one thread (thread 0) adds the buffer to dq_acc with TMA
+reductions that read it asynchronously until a later `cp.async.bulk.wait_group.read`. Variant 2 does
+store, barrier, reduce, wait at the end of a pair; variant 6 stores at the end of the pair and issues
+the barrier, the reduction and the wait at the start of the next pair (after that pair's scores), so
+the order against the dS^T barrier that both consumers meet in every pair changes.
+
+Each consumer is two threads here: thread 0 (stores its part, issues the reductions and waits) and
+one other thread (stores its part only); what must hold is that no thread stores into a buffer that
+an earlier reduction still reads, and that no reduction is issued before every thread stored and
+fenced. Reductions finish reading at random moments, in any order; `wait_group.read 1` blocks until
+all but the newest issued have. Named barriers block until every participant arrived. Random interleavings
+of the four threads (two consumers; d 64: consumer 1 has no dQ but meets the dS^T barrier), and a
+deliberately wrong protocol (variant 6 without its wait, or with one buffer) must fail.
+It models the protocol, not the CUDA source or the hardware.
+  python3 tools/hopper_dq_pipeline_model.py      (a few seconds)
+"""
+import random
+import sys
+
+
+class Violation(Exception):
+    pass
+
+
+def thread_program(c, tid, n_pairs, writes_dq, order):
+    """The dQ-related steps of thread `tid` (0 issues the reductions) of consumer c."""
+    nbuf = 1 if order == "v6_one_buffer" else 2
+
+    def issue(m):  # the barrier of the consumer, then thread 0's reduction of pair m and its wait
+        yield ("bar", ("dq", c))
+        if tid == 0 and m is not None:
+            yield ("reduce", m, m % nbuf)
+            if order != "v6_no_wait":
+                yield ("wait_read", 1)
+
+    for n in range(n_pairs):
+        if order.startswith("v6") and writes_dq:
+            yield from issue(n - 1 if n > 0 else None)
+        yield ("bar", "ds")  # gradients(n): both consumers' dS^T written
+        if writes_dq:
+            yield ("store", n, n % nbuf)
+            if order == "v2":
+                yield from issue(n)
+    if order.startswith("v6") and writes_dq and n_pairs > 0:
+        yield from issue(n_pairs - 1)
+
+
+def run(n_pairs, d, order, rng):
+    writes = [True, d == 128]
+    threads = [(c, t) for c in range(2) for t in range(2)]
+    progs = {ct: thread_program(ct[0], ct[1], n_pairs, writes[ct[0]], order) for ct in threads}
+    pending = {ct: next(progs[ct], None) for ct in threads}
+    participants = {"ds": set(threads), ("dq", 0): {(0, 0), (0, 1)}, ("dq", 1): {(1, 0), (1, 1)}}
+    arrived = {k: set() for k in participants}
+    reading = {0: [], 1: []}         # per consumer: reductions (issue number, buf) still reading
+    issued = {0: 0, 1: 0}            # per consumer: reductions issued so far
+    stored = {0: {}, 1: {}}          # per consumer: pair -> threads that stored it
+    while any(pending.values()):
+        # Random completions of reductions' reads.
+        for c in (0, 1):
+            if reading[c] and rng.random() < 0.3:
+                reading[c].pop(rng.randrange(len(reading[c])))
+        runnable = []
+        for ct, step in pending.items():
+            if step is None:
+                continue
+            kind = step[0]
+            if kind == "bar" and ct in arrived[step[1]]:
+                continue  # arrived, waiting for the others
+            # wait_group.read k: every reduction but the k newest issued has finished reading.
+            if kind == "wait_read" and any(i < issued[ct[0]] - step[1] for i, _ in reading[ct[0]]):
+                continue
+            runnable.append(ct)
+        # A barrier whose participants all arrived releases them.
+        for key, who in participants.items():
+            if arrived[key] == who:
+                arrived[key] = set()
+                for ct in who:
+                    pending[ct] = next(progs[ct], None)
+                runnable = None
+                break
+        if runnable is None:
+            continue
+        if not runnable:
+            if any(reading[c] for c in (0, 1)):
+                continue  # a read will finish
+            raise Violation("deadlock: " + str({ct: s for ct, s in pending.items() if s}))
+        ct = rng.choice(runnable)
+        c, t = ct
+        step = pending[ct]
+        kind = step[0]
+        if kind == "bar":
+            arrived[step[1]].add(ct)
+            continue
+        if kind == "store":
+            _, n, buf = step
+            if any(b == buf for _, b in reading[c]):
+                raise Violation(f"consumer {c} thread {t} stores pair {n} into buffer {buf} while a reduction reads it")
+            stored[c].setdefault(n, set()).add(t)
+        elif kind == "reduce":
+            _, m, buf = step
+            if stored[c].get(m) != {0, 1}:
+                raise Violation(f"consumer {c} reduces pair {m} before every thread stored it")
+            reading[c].append((issued[c], buf))
+            issued[c] += 1
+        pending[ct] = next(progs[ct], None)
+
+
+def check(label, order, expect_ok, trials=1500):
+    rng = random.Random(7)
+    failures, first = 0, None
+    for i in range(trials):
+        n_pairs = rng.randint(1, 7)
+        d = 128 if i % 2 == 0 else 64
+        try:
+            run(n_pairs, d, order, rng)
+        except Violation as e:
+            failures += 1
+            first = first or f"{n_pairs} pairs, d {d}: {e}"
+    ok = failures == 0
+    print(f"{label}: {trials - failures} of {trials} interleavings clean" + ("" if ok else f"; first: {first}"))
+    if ok != expect_ok:
+        sys.exit(f"dq pipeline model: {label} should {'pass' if expect_ok else 'fail'}")
+
+
+def main():
+    check("variant 2 (store, barrier, reduce, wait at the end of a pair)", "v2", True)
+    check("variant 6 (barrier, reduce, wait after the next pair's scores)", "v6", True)
+    check("wrong: variant 6 without the wait for the reads", "v6_no_wait", False)
+    check("wrong: variant 6 with one dQ buffer", "v6_one_buffer", False)
+    print("dq pipeline model: ok")
+
+
+if __name__ == "__main__":
+    main()
