@@ -146,21 +146,33 @@ def run(n_pairs, d, NS, bufs, per_buffer_bars, rng):
         raise Violation(f"arrivals left over: {left}")
 
 
-def check(label, expect_ok, trials, **kw):
+def interleavings(model, label, expect_ok, trials, trial):
+    """Runs trial(rng) `trials` times (it returns a description of the case and raises Violation on a
+    fault), prints how many were clean and exits unless that matches expect_ok. Shared with
+    hopper_dq_pipeline_model.py."""
     rng = random.Random(7)
     failures = 0
     first = None
-    for t in range(trials):
+    for _ in range(trials):
+        try:
+            trial(rng)
+        except Violation as e:
+            failures += 1
+            first = first or str(e)
+    ok = failures == 0
+    print(f"{label}: {trials - failures} of {trials} interleavings clean" + ("" if ok else f"; first: {first}"))
+    if ok != expect_ok:
+        sys.exit(f"{model}: {label} should {'pass' if expect_ok else 'fail'}")
+
+
+def check(label, expect_ok, trials, **kw):
+    def trial(rng):
         n_pairs = rng.choice([0, 1, 2, 3, 4, 5, 7, 12, 20])
         try:
             run(n_pairs, rng=rng, **kw)
         except Violation as e:
-            failures += 1
-            first = first or f"{n_pairs} pairs: {e}"
-    ok = failures == 0
-    print(f"{label}: {trials - failures} of {trials} interleavings clean" + ("" if ok else f"; first: {first}"))
-    if ok != expect_ok:
-        sys.exit(f"protocol model: {label} should {'pass' if expect_ok else 'fail'}")
+            raise Violation(f"{n_pairs} pairs: {e}")
+    interleavings("protocol model", label, expect_ok, trials, trial)
 
 
 def deterministic_order(S, group, lens, resident, descending, rng):

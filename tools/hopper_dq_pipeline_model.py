@@ -17,12 +17,11 @@ deliberately wrong protocol (variant 6 without its wait, or with one buffer) mus
 It models the protocol, not the CUDA source or the hardware.
   python3 tools/hopper_dq_pipeline_model.py      (a few seconds)
 """
-import random
+import os
 import sys
 
-
-class Violation(Exception):
-    pass
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hopper_backward_protocol_model import Violation, interleavings  # noqa: E402
 
 
 def thread_program(c, tid, n_pairs, writes_dq, order):
@@ -110,20 +109,15 @@ def run(n_pairs, d, order, rng):
 
 
 def check(label, order, expect_ok, trials=1500):
-    rng = random.Random(7)
-    failures, first = 0, None
-    for i in range(trials):
-        n_pairs = rng.randint(1, 7)
-        d = 128 if i % 2 == 0 else 64
+    count = iter(range(trials))
+
+    def trial(rng):
+        n_pairs, d = rng.randint(1, 7), 128 if next(count) % 2 == 0 else 64
         try:
             run(n_pairs, d, order, rng)
         except Violation as e:
-            failures += 1
-            first = first or f"{n_pairs} pairs, d {d}: {e}"
-    ok = failures == 0
-    print(f"{label}: {trials - failures} of {trials} interleavings clean" + ("" if ok else f"; first: {first}"))
-    if ok != expect_ok:
-        sys.exit(f"dq pipeline model: {label} should {'pass' if expect_ok else 'fail'}")
+            raise Violation(f"{n_pairs} pairs, d {d}: {e}")
+    interleavings("dq pipeline model", label, expect_ok, trials, trial)
 
 
 def main():
