@@ -825,7 +825,8 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   attn_bwd::WorkspaceParts w;
   attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
                                                      Hkv, d, scale, workspace, workspace_bytes, hopper_bwd::kBR, &w);
-  p.heads_inside = hopper_cta_heads_inside() ? 1 : 0;
+  // The key blocks go in the grid's y (at most 65535: 8.4M tokens); past that, the heads-outer order.
+  p.heads_inside = hopper_cta_heads_inside() && (S + hopper_bwd::kBC - 1) / hopper_bwd::kBC <= 65535 ? 1 : 0;
   char* ws = static_cast<char*>(workspace);
   attn_bwd::preprocess(ws, w, dout, out, doc_start, S, H, d, hopper_bwd::kBR, stream);
   if (d == 128) hopper_bwd::launch<128>(p, variant, deterministic, stream);

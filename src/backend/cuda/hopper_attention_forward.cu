@@ -757,7 +757,8 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
   p.Hkv = static_cast<int>(Hkv);
   p.group = static_cast<int>(H / Hkv);
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-  p.heads_inside = hopper_cta_heads_inside() ? 1 : 0;
+  // The blocks go in the grid's y (at most 65535: 8.4M tokens); past that, the heads-outer order.
+  p.heads_inside = hopper_cta_heads_inside() && (S + hopper::kBR - 1) / hopper::kBR <= 65535 ? 1 : 0;
   if (d == 128) hopper::launch_variant<128>(p, variant, stream);
   else hopper::launch_variant<64>(p, variant, stream);
 }
