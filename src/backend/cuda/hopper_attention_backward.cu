@@ -5,7 +5,7 @@
 // TMA producer (produce_tma: Q, dO by one thread, the rows' data by one warp) and dQ stored to shared
 // memory and added to dq_acc by TMA reductions (dq_out), plus a mask-free path for wholly visible
 // pairs; 3: 2 with its consumers coupled one pair late (three dS^T buffers, per-buffer named
-// barriers) and an option (DET) for a deterministic order of the dQ reductions; 4 (KREG): 2 with K and V
+// barriers) and an option (DET) for a deterministic order of the dQ reductions; 4 (KREG_STEPS): 2 with K and V
 // as register A operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon
 // as P^T is known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's
 // scores. 1-4 correct on an H100 (2026-12-06 and -07); 2 is the fastest at d 128, 4 at d 64; 5 and 6
@@ -237,8 +237,7 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
 // TMA reductions; 3: 2 with the consumers coupled one pair late. DET (variant 3 only): the dQ
 // reductions into each (query head, 64-row block, column half) in the order of the key blocks.
-template <int D, int NS, int V, bool DET = false, bool KREG = false, int KREG_STEPS = D / 16, bool EDV = false,
-          bool PIPE = false>
+template <int D, int NS, int V, bool DET = false, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false>
 __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -381,13 +380,13 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     for (int i = 0; i < 32; ++i) dk[hh][i] = dv[hh][i] = 0.f;
   float st[32], dpt[32];  // S^T, then P^T; dP^T, then dS^T
   uint32_t pa[4][4], sa[4][4];
-  // KREG (variant 4): this consumer's K and V rows held as the register A operands of S^T = K Q^T and
+  // KREG_STEPS > 0 (variant 4): this consumer's K and V rows held as the register A operands of S^T = K Q^T and
   // dP^T = V dO^T for the first KREG_STEPS k-steps, loaded once (ldmatrix from the swizzled tile: lane l
   // gives row 16 wi + l % 16, 16-byte chunk 2 (kk % 4) + l / 16 of half kk / 4, which is the m16n8k16
   // A fragment of the warp's 16 rows); those steps then read only Q, dO from shared memory, half the
   // operand bytes of the SS form. d 64: all 4 steps (32 registers). d 128: none (even two steps of K
   // alone made ptxas spill, its consumers have no registers to spare), so variant 4 is variant 2 there.
-  constexpr int kKreg = KREG ? KREG_STEPS : 0;
+  constexpr int kKreg = KREG_STEPS;
   uint32_t kreg[kKreg > 0 ? kKreg : 1][4], vreg[kKreg > 0 ? kKreg : 1][4];
 #pragma unroll
   for (int kk = 0; kk < kKreg; ++kk) {
@@ -537,6 +536,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   // This thread's dQ (done) into the shared tile at `sdq` as two 128-byte-swizzled boxes of 32 columns
   // (column 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), fenced to the
   // async proxy for the TMA reduction that reads it.
+  // Consumer c's dQ tile in buffer `buf` (variant 2 and its descendants: 2 buffers; 3: 1).
+  auto dq_tile = [&](int buf) { return base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes; };
   auto store_dq_tile = [&](const float (&dq)[32], uint32_t sdq) {
 #pragma unroll
     for (int nn = 0; nn < 8; ++nn)
@@ -557,7 +558,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       // 2: the buffer is rewritten two pairs later, after that thread's wait for the reads of this
       // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it;
       // variant 3 has one buffer and waits for the reads before rewriting it.
-      const uint32_t sdq = base + T::dq_off + ((V == 2 ? buf : 0) * T::kHalves + c) * T::dq_cons_bytes;
+      const uint32_t sdq = dq_tile(V == 2 ? buf : 0);
       if constexpr (V == 3) {
         // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
         if (wtid == 0) bulk_wait_group_read<0>();
@@ -655,14 +656,13 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
     auto dq_store = [&](float (&dq)[32], int buf) {  // this thread's dQ into buffer `buf`, fenced
       fence_regs(dq);
-      const uint32_t sdq = base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes;
-      store_dq_tile(dq, sdq);
+      store_dq_tile(dq, dq_tile(buf));
     };
     // Buffer `buf` (every thread of this consumer stored and fenced) added to dq_acc if `go`. Variant
     // 2's buffer protocol: the wait for the reads of the reduction before this one, then the next
     // pair's dS^T barrier, order it before that buffer is rewritten.
     auto dq_issue = [&](bool go, const Pair& pr, int buf) {
-      const uint32_t sdq = base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes;
+      const uint32_t sdq = dq_tile(buf);
       named_barrier_sync(2 + c, 128);
       const bool one = go && wtid == 0;
       tma_reduce_add_3d_if(one, tdq, 64 * c, pr.h, pr.qb * kBR, sdq);
@@ -748,13 +748,12 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 }
 
 // Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
-template <int D, int NS, int V, bool DET, bool KREG = false, int KREG_STEPS = D / 16, bool EDV = false,
-          bool PIPE = false>
+template <int D, int NS, int V, bool DET, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_backward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tq,
                                          const __grid_constant__ CUtensorMap tdo,
                                          const __grid_constant__ CUtensorMap tdq) {
-  backward_cta<D, NS, V, DET, KREG, KREG_STEPS, EDV, PIPE>(p, &tq, &tdo, &tdq);
+  backward_cta<D, NS, V, DET, KREG_STEPS, EDV, PIPE>(p, &tq, &tdo, &tdq);
 }
 
 // Variant 4: the k-steps of K and V held in registers (all at d 64; none at d 128, see kKreg).
@@ -776,15 +775,9 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
     if (variant == 3)
       kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
                              : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
-    if constexpr (kKregSteps<D> > 0) {
-      if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>>;
-      if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>, true>;
-      if (variant == 6)
-        kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, true, kKregSteps<D>, true, true>;
-    } else {
-      if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, false, D / 16, true>;
-      if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, false, D / 16, true, true>;
-    }
+    if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>>;
+    if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true>;
+    if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, true>;
     const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
     const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
     const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
