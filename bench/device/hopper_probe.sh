@@ -8,6 +8,7 @@
 #   bash bench/device/hopper_probe.sh BUILD    (through runner.py: case hopper_probe)
 #   PROBE_RATE=0: without wgmma_rate_bench. PROBE_PROFILE=1: then Nsight Compute's speed of light and
 #   warp stalls of backward variants 2 and 6 at 32K (hopper_profile.sh's sections; skipped without ncu).
+#   PROBE_LONG=1: also the forward and backward (the variants above and 3) at 128K, d 128.
 set -u
 B=${1:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -40,6 +41,10 @@ H128="cudnn hopper2"; H64="cudnn hopper2 hopper4"
 for v in $NEW; do H128="$H128 hopper$v"; H64="$H64 hopper$v"; done
 echo "== bwd bench d128"; for S in 4096 32768; do for i in $H128; do bwd $i $S; done; done
 echo "== bwd bench d64"; for S in 4096 32768; do for i in $H64; do bwd $i --head-dim 64 $S; done; done
+if [ "${PROBE_LONG:-0}" = 1 ]; then
+  echo "== 128K (d128): forward, backward"; fwd cudnn 131072; fwd hopper3 131072
+  for i in $H128 hopper3; do bwd $i 131072; done
+fi
 echo "== CTA order A/B at 32K (forward, backward variant 2)"
 for o in heads-outer heads-inside heads-outer heads-inside; do
   echo "-- $o"; ULYSSES_HOPPER_CTA_ORDER=$o fwd hopper3 32768; ULYSSES_HOPPER_CTA_ORDER=$o bwd hopper2 32768
