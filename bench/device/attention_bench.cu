@@ -5,7 +5,7 @@
 // forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3: variants 1, 2, 3),
 // one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2, or
 // --hopper-bwd V), the pair to hold against cuDNN's forward + backward.
-//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1|2|3]
+//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1..6]
 //                   [--impl cudnn|own|hopper|hopper2|hopper3|ours|both|all] [S ...]
 //   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
@@ -122,7 +122,7 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
     if (cudnn) attn->backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, bounds.p, p, cws.p);
     else if (ours)
       ulysses::cuda::hopper_attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv,
-                                               d, scale, ws.p, ws_bytes, stream, set.hopper_bwd);
+                                               d, scale, ws.p, ws_bytes, stream, set.hopper_bwd, false, longest);
     else
       ulysses::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H, Hkv, d,
                                         scale, ws.p, ws_bytes, stream);

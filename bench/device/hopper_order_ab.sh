@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A/B of the Hopper attention kernels' CTA order (ULYSSES_HOPPER_CTA_ORDER heads-outer, the order
-# before 2026-12-07, against heads-inside, the default) in one call, next to cuDNN: the forward
+# A/B of the Hopper attention kernels' CTA order (ULYSSES_HOPPER_CTA_ORDER heads-outer against
+# heads-inside; unset, the forward takes heads-inside and the backward picks by the longest
+# document, docs/attention.md) in one call, next to cuDNN: the forward
 # (attention_bench --impl hopper3) and the backward alone (hopper_bwd_bench --impl hopper2) at d 128,
 # 32 / 8 heads; 32K twice in A B A B order to show the run-to-run spread. Tests of the kernels first.
 #   bash bench/device/hopper_order_ab.sh BUILD

@@ -326,7 +326,7 @@ void CudaBackend::attention_backward_impl(Tensor& dq, Tensor& dk, Tensor& dv, co
                               ptr<const __nv_bfloat16>(q), ptr<const __nv_bfloat16>(k),
                               ptr<const __nv_bfloat16>(v), ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv,
                               a.d, scale, workspace.raw(), ws, stream_, variant,
-                              hopper_deterministic_ && variant == 3);
+                              hopper_deterministic_ && variant == 3, shape.longest);
     return;
   }
   if (use_cudnn(shape, true)) {

@@ -35,10 +35,19 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 int hopper_attention_variant();
 
 // The CTA order of the Hopper forward and backward (read at each call, for A/B runs):
-// ULYSSES_HOPPER_CTA_ORDER=heads-inside (or unset, the default) dispatches the heaviest blocks of
-// every head first (blockIdx.x walks the heads of one block), heads-outer the blocks of one head after
-// another (the order before 2026-12-07). Anything else throws an Error naming the variable.
-bool hopper_cta_heads_inside();
+// ULYSSES_HOPPER_CTA_ORDER=heads-inside dispatches the heaviest blocks of every head first (blockIdx.x
+// walks the heads of one block), heads-outer the blocks of one head after another; unset, each kernel
+// picks (hopper_cta_heads_inside_default). Anything else throws an Error naming the variable.
+enum class HopperCtaOrder { kAuto, kHeadsInside, kHeadsOuter };
+HopperCtaOrder hopper_cta_order();
+
+// The order a kernel takes under kAuto. The forward: heads inside. The backward: heads inside where
+// the longest document is shorter than 16K tokens, where the tail of heavy key blocks started late
+// would cost most (a list-scheduling model, tools/cta_order_model.py: the heads-outer makespan 1.59x
+// the mean load at 4K, 1.14x for 16K of 4K documents, 1.013x for one 16K sequence); heads outer from
+// 16K, where neighbouring key blocks of one head running together share Q, dO and the dQ rows in L2
+// (measured, H100, 2026-12-07: the backward at 32K 3.5% faster heads-outer, mean of two runs each).
+bool hopper_cta_heads_inside_default(bool backward, int64_t longest);
 
 // hopper_attention_forward with the variant given (1, 2 or 3), for tests and benchmarks that run all.
 void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
@@ -56,15 +65,15 @@ bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std:
 // and dO, dQ through shared memory and TMA reductions; 3: variant 2 with its two consumer warpgroups
 // coupled one pair late rather than in lockstep (docs/attention.md); 4: variant 2 with K and V held in
 // registers at d 64 (variant 2 itself at d 128); 5: variant 4 with dV issued before dS^T is computed;
-// 6: variant 5 with a pair's dQ reductions issued under the next pair's scores (5 and 6 not yet run on
-// a GPU: 2026-12-07). `deterministic` (variant 3 only):
+// 6: variant 5 with a pair's dQ reductions issued under the next pair's scores (all six correct on an
+// H100, 2026-12-07). `deterministic` (variant 3 only):
 // dQ's partial sums are added in a fixed order, so dq is bitwise the same from run to run (dk and dv
-// always are).
+// always are). `longest`: the longest document's length where known (0: S), for the CTA order.
 void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                                int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
                                size_t workspace_bytes, cudaStream_t stream, int variant = 1,
-                               bool deterministic = false);
+                               bool deterministic = false, int64_t longest = 0);
 
 }  // namespace ulysses::cuda

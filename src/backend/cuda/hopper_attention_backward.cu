@@ -8,8 +8,8 @@
 // barriers) and an option (DET) for a deterministic order of the dQ reductions; 4 (KREG_STEPS): 2 with K and V
 // as register A operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon
 // as P^T is known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's
-// scores. 1-4 correct on an H100 (2026-12-06 and -07); 2 is the fastest at d 128, 4 at d 64; 5 and 6
-// written 2026-12-07 without a GPU, not yet run.
+// scores. All correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128 up to 32K (2 at 128K),
+// 5 at d 64 (docs/attention.md).
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
@@ -120,6 +120,22 @@ __device__ __forceinline__ uint64_t desc_at(uint32_t saddr, uint32_t lbo, uint32
   return make_desc_sw128(a, lbo, sbo);
 }
 
+// The descriptor of the same form `bytes` past the one of `d` (bytes a multiple of 16): its start-address
+// field (bits 0-13, the address >> 4) plus bytes >> 4, which cannot carry out of the field (shared
+// addresses stay below 256 KB). The k-steps of a product take their descriptors this way from one
+// desc_at per tile: one add before each wgmma instead of rebuilding the whole descriptor from the
+// address (an and, a shift, an or and the moves to uniform registers, a dependent chain that made the
+// issue of a product's wgmmas about a fifth of the consumers' time at 32K, Nsight Compute's samples,
+// H100, 2026-12-07).
+__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
+  uint32_t lo, hi;
+  asm("mov.b64 {%0, %1}, %2;\n" : "=r"(lo), "=r"(hi) : "l"(d));
+  lo += bytes >> 4;  // a 32-bit add: the compiler cannot know that a 64-bit one would not carry
+  uint64_t r;
+  asm("mov.b64 %0, {%1, %2};\n" : "=l"(r) : "r"(lo), "r"(hi));
+  return r;
+}
+
 // Keeps register A operands live (unmoved, unreused) up to this point: an asynchronous wgmma reads
 // them until its wait.
 __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4]) {
@@ -148,10 +164,11 @@ __device__ __forceinline__ void load_tile(uint32_t dst, int rows, const bf16* sr
 // `b`, both K-major swizzled tiles; a k16 step is 32 bytes inside the atom, 64 columns a half.
 template <int D>
 __device__ __forceinline__ void mma_kmajor(float (&acc)[32], uint32_t a, uint32_t b) {
+  const uint64_t da = desc_at(a, 16, 1024), db = desc_at(b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
-    wgmma_ss_m64n64k16(acc, desc_at(a + koff, 16, 1024), desc_at(b + koff, 16, 1024), kk > 0 ? 1 : 0);
+    wgmma_ss_m64n64k16(acc, desc_plus(da, koff), desc_plus(db, koff), kk > 0 ? 1 : 0);
   }
 }
 
@@ -159,11 +176,12 @@ __device__ __forceinline__ void mma_kmajor(float (&acc)[32], uint32_t a, uint32_
 // the rest from the tile at `a`.
 template <int D, int R>
 __device__ __forceinline__ void mma_kmajor_rs(float (&acc)[32], const uint32_t (&ar)[R][4], uint32_t a, uint32_t b) {
+  const uint64_t da = desc_at(a, 16, 1024), db = desc_at(b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
-    if (kk < R) wgmma_rs_m64n64k16(acc, ar[kk], desc_at(b + koff, 16, 1024), kk > 0 ? 1 : 0);
-    else wgmma_ss_m64n64k16(acc, desc_at(a + koff, 16, 1024), desc_at(b + koff, 16, 1024), 1);
+    if (kk < R) wgmma_rs_m64n64k16(acc, ar[kk], desc_plus(db, koff), kk > 0 ? 1 : 0);
+    else wgmma_ss_m64n64k16(acc, desc_plus(da, koff), desc_plus(db, koff), 1);
   }
 }
 
@@ -455,11 +473,12 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(dv[hh]);
       wgmma_fence();
+      const uint64_t d_do = desc_at(so, 1024, 1024);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
         for (int hh = 0; hh < T::kHalves; ++hh)
-          wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_at(so + hh * (kBR * 128) + kk * (16 * 128), 1024, 1024), 1);
+          wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_plus(d_do, hh * (kBR * 128) + kk * (16 * 128)), 1);
       wgmma_commit();
       wgmma_wait<1>();  // dP^T (the older group) done; dV may still run
     } else {
@@ -483,13 +502,14 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       fence_regs(dk[hh]);
     }
     wgmma_fence();
+    const uint64_t d_q = desc_at(sq, 1024, 1024), d_o = desc_at(so, 1024, 1024);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int hh = 0; hh < T::kHalves; ++hh) {
         const uint32_t boff = hh * (kBR * 128) + kk * (16 * 128);
-        if constexpr (!EDV) wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_at(so + boff, 1024, 1024), 1);
-        wgmma_rs_m64n64k16_tb(dk[hh], sa[kk], desc_at(sq + boff, 1024, 1024), 1);
+        if constexpr (!EDV) wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_plus(d_o, boff), 1);
+        wgmma_rs_m64n64k16_tb(dk[hh], sa[kk], desc_plus(d_q, boff), 1);
       }
     wgmma_commit();
 
@@ -513,11 +533,11 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   auto issue_dq = [&](float (&dq)[32], int buf) {
     const uint32_t sds = base + T::ds_off + buf * T::ds_bytes;
     wgmma_fence();
+    const uint64_t d_ds = desc_at(sds, 1024, 1024), d_k = desc_at(base + T::k_off + c * (64 * 128), 1024, 1024);
 #pragma unroll
     for (int kk = 0; kk < kBC / 16; ++kk) {
-      const uint32_t koff = base + T::k_off + (kk / 4) * T::kv_wg_bytes + c * (64 * 128) + (kk % 4) * (16 * 128);
-      wgmma_ss_m64n64k16_ta_tb(dq, desc_at(sds + kk * (16 * 128), 1024, 1024), desc_at(koff, 1024, 1024),
-                               kk > 0 ? 1 : 0);
+      const uint32_t koff = (kk / 4) * T::kv_wg_bytes + (kk % 4) * (16 * 128);
+      wgmma_ss_m64n64k16_ta_tb(dq, desc_plus(d_ds, kk * (16 * 128)), desc_plus(d_k, koff), kk > 0 ? 1 : 0);
     }
     wgmma_commit();
   };
@@ -805,7 +825,8 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
                                int64_t H, int64_t Hkv, int64_t d, double scale, void* workspace,
-                               size_t workspace_bytes, cudaStream_t stream, int variant, bool deterministic) {
+                               size_t workspace_bytes, cudaStream_t stream, int variant, bool deterministic,
+                               int64_t longest) {
   const char* op = "cuda::hopper_attention_backward";
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
@@ -819,7 +840,10 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   attn::BwdParams p = attn_bwd::checked_params(op, dq, dk, dv, dout, out, lse, q, k, v, doc_start, S, S, 0, 0, H,
                                                      Hkv, d, scale, workspace, workspace_bytes, hopper_bwd::kBR, &w);
   // The key blocks go in the grid's y (at most 65535: 8.4M tokens); past that, the heads-outer order.
-  p.heads_inside = hopper_cta_heads_inside() && (S + hopper_bwd::kBC - 1) / hopper_bwd::kBC <= 65535 ? 1 : 0;
+  const HopperCtaOrder order = hopper_cta_order();
+  const bool inside = order == HopperCtaOrder::kAuto ? hopper_cta_heads_inside_default(true, longest > 0 ? longest : S)
+                                                     : order == HopperCtaOrder::kHeadsInside;
+  p.heads_inside = inside && (S + hopper_bwd::kBC - 1) / hopper_bwd::kBC <= 65535 ? 1 : 0;
   char* ws = static_cast<char*>(workspace);
   attn_bwd::preprocess(ws, w, dout, out, doc_start, S, H, d, hopper_bwd::kBR, stream);
   if (d == 128) hopper_bwd::launch<128>(p, variant, deterministic, stream);

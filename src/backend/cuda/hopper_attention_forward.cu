@@ -711,16 +711,19 @@ int hopper_attention_variant() {
   return s[0] - '0';
 }
 
-bool hopper_cta_heads_inside() {
+HopperCtaOrder hopper_cta_order() {
   const char* v = std::getenv("ULYSSES_HOPPER_CTA_ORDER");
-  if (v == nullptr || *v == '\0') return true;
+  if (v == nullptr || *v == '\0') return HopperCtaOrder::kAuto;
   const std::string s = v;
   ULY_CHECK(s == "heads-inside" || s == "heads-outer",
             "ULYSSES_HOPPER_CTA_ORDER=" << s
-                                        << ": takes heads-inside (the heaviest blocks of all heads first, the "
-                                           "default) or heads-outer (the blocks of one head after another)");
-  return s == "heads-inside";
+                                        << ": takes heads-inside (the heaviest blocks of all heads first) or "
+                                           "heads-outer (the blocks of one head after another); unset, each kernel "
+                                           "picks its own");
+  return s == "heads-inside" ? HopperCtaOrder::kHeadsInside : HopperCtaOrder::kHeadsOuter;
 }
+
+bool hopper_cta_heads_inside_default(bool backward, int64_t longest) { return !backward || longest < 16384; }
 
 void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                               const __nv_bfloat16* v, const int32_t* doc_start, int64_t S, int64_t H, int64_t Hkv,
@@ -758,7 +761,10 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
   p.group = static_cast<int>(H / Hkv);
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   // The blocks go in the grid's y (at most 65535: 8.4M tokens); past that, the heads-outer order.
-  p.heads_inside = hopper_cta_heads_inside() && (S + hopper::kBR - 1) / hopper::kBR <= 65535 ? 1 : 0;
+  const HopperCtaOrder order = hopper_cta_order();
+  const bool inside = order == HopperCtaOrder::kAuto ? hopper_cta_heads_inside_default(false, S)
+                                                     : order == HopperCtaOrder::kHeadsInside;
+  p.heads_inside = inside && (S + hopper::kBR - 1) / hopper::kBR <= 65535 ? 1 : 0;
   if (d == 128) hopper::launch_variant<128>(p, variant, stream);
   else hopper::launch_variant<64>(p, variant, stream);
 }
