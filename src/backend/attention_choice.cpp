@@ -12,24 +12,28 @@ constexpr const char* kH100_1207 = "H100, 2026-12-07, hopper_quick.sh";
 // The next session (same day, the kernels with the heaviest-first CTA order and backward variant 4):
 // `bash bench/device/hopper_probe.sh` on an H100, cuDNN in the same call.
 constexpr const char* kH100_1207b = "H100, 2026-12-07 (19th session), hopper_probe.sh";
+// The twentieth session's second call (backward variant 6 with the per-tile descriptors, the backward's
+// CTA order by the longest document): `bash bench/device/hopper_probe.sh`, cuDNN in the same call; the
+// forward from its attention_bench runs (--impl ours: forward variant 3).
+constexpr const char* kH100_1207c = "H100, 2026-12-07 (20th session, call 2), hopper_probe.sh";
 }  // namespace
 
 const std::vector<AttentionChoiceRow>& attention_choice_table() {
   static const std::vector<AttentionChoiceRow> rows = {
-      // d 128 forward, variant 3: 4K, 32K, 128K (packed 8 x 4K: 0.87, as the 4K row)
-      {128, false, 0, 3, 512.5 / 519.8, kH100_1207b},
-      {128, false, 16384, 3, 596.2 / 589.3, kH100_1207b},
-      {128, false, 65536, 3, 575.7 / 561.3, kH100_1207},
-      // d 128 backward: variant 2 (variant 3 within 2% of it, 4 is 2 at d 128); at 128K only variant 3
-      // was timed
-      {128, true, 0, 2, 349.4 / 416.9, kH100_1207b},
-      {128, true, 16384, 2, 419.7 / 527.4, kH100_1207b},
-      {128, true, 65536, 3, 436.8 / 534.7, kH100_1207},
+      // d 128 forward, variant 3: 4K, 32K, 128K (packed 8 x 4K: 0.87, as the 4K row). The session's
+      // first call, same binary: 0.97, 1.04, 1.00.
+      {128, false, 0, 3, 516.0 / 528.3, kH100_1207c},
+      {128, false, 16384, 3, 587.7 / 604.9, kH100_1207c},
+      {128, false, 65536, 3, 526.8 / 562.2, kH100_1207c},
+      // d 128 backward: variant 6 (variant 2: 0.83, 0.84, 0.85 in the same call)
+      {128, true, 0, 6, 374.8 / 419.7, kH100_1207c},
+      {128, true, 16384, 6, 488.2 / 538.0, kH100_1207c},
+      {128, true, 65536, 6, 479.6 / 538.2, kH100_1207c},
       // d 64: 4K, 32K; the backward's variant 4 (K and V in registers)
       {64, false, 0, 3, 312.6 / 360.3, kH100_1207},
       {64, false, 16384, 3, 440.8 / 485.5, kH100_1207},
-      {64, true, 0, 4, 326.5 / 321.9, kH100_1207b},
-      {64, true, 16384, 4, 386.5 / 422.4, kH100_1207b},
+      {64, true, 0, 4, 332.2 / 318.6, kH100_1207c},
+      {64, true, 16384, 4, 399.0 / 421.1, kH100_1207c},
   };
   return rows;
 }

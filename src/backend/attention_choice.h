@@ -19,8 +19,10 @@ struct AttentionChoiceRow {
   const char* measured = "";   // card, date, command
 };
 
-// A ratio above 1 by less than this is within the run-to-run noise of these timings (1-2%): cuDNN stays.
-constexpr double kOursMargin = 1.03;
+// A ratio above 1 by less than this is within the noise of these timings: cuDNN stays. Runs of one
+// call agree within 1-2%, but two calls of one session (H100s, 2026-12-07, the same binaries) put the
+// forward at 32K at 1.04x and then 0.97x cuDNN, the backward at d 64, 4K at 1.00x and 1.04x.
+constexpr double kOursMargin = 1.05;
 
 // The rows, grouped by (d, backward), each group in increasing from_longest.
 const std::vector<AttentionChoiceRow>& attention_choice_table();

@@ -120,22 +120,6 @@ __device__ __forceinline__ uint64_t desc_at(uint32_t saddr, uint32_t lbo, uint32
   return make_desc_sw128(a, lbo, sbo);
 }
 
-// The descriptor of the same form `bytes` past the one of `d` (bytes a multiple of 16): its start-address
-// field (bits 0-13, the address >> 4) plus bytes >> 4, which cannot carry out of the field (shared
-// addresses stay below 256 KB). The k-steps of a product take their descriptors this way from one
-// desc_at per tile: one add before each wgmma instead of rebuilding the whole descriptor from the
-// address (an and, a shift, an or and the moves to uniform registers, a dependent chain that made the
-// issue of a product's wgmmas about a fifth of the consumers' time at 32K, Nsight Compute's samples,
-// H100, 2026-12-07).
-__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
-  uint32_t lo, hi;
-  asm("mov.b64 {%0, %1}, %2;\n" : "=r"(lo), "=r"(hi) : "l"(d));
-  lo += bytes >> 4;  // a 32-bit add: the compiler cannot know that a 64-bit one would not carry
-  uint64_t r;
-  asm("mov.b64 %0, {%1, %2};\n" : "=l"(r) : "r"(lo), "r"(hi));
-  return r;
-}
-
 // Keeps register A operands live (unmoved, unreused) up to this point: an asynchronous wgmma reads
 // them until its wait.
 __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4]) {
