@@ -268,12 +268,11 @@ __device__ __forceinline__ Rows consumer_rows(const Params& p, const Block& b, u
 // Issues S = Q K^T (64 x BC) of the stage's K tile at sk; the caller fences and commits.
 template <int D, int BC>
 __device__ __forceinline__ void issue_qk(float (&sc)[BC / 2], uint32_t sq, uint32_t sk) {
+  const uint64_t da = make_desc_sw128(sq, 16, 1024), db = make_desc_sw128(sk, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint64_t da = make_desc_sw128(sq + (kk / 4) * (64 * 128) + (kk % 4) * 32, 16, 1024);
-    const uint64_t db = make_desc_sw128(sk + (kk / 4) * (BC * 128) + (kk % 4) * 32, 16, 1024);
-    wgmma_s<BC>(sc, da, db, kk > 0 ? 1 : 0);
-  }
+  for (int kk = 0; kk < D / 16; ++kk)
+    wgmma_s<BC>(sc, desc_plus(da, (kk / 4) * (64 * 128) + (kk % 4) * 32),
+                desc_plus(db, (kk / 4) * (BC * 128) + (kk % 4) * 32), kk > 0 ? 1 : 0);
 }
 
 // Online softmax (log2 domain) of the scores of key block [ks, ke]: masks, updates m_run and l_run
@@ -365,13 +364,12 @@ __device__ __forceinline__ void pack_p(const float (&sc)[BC / 2], uint32_t (&pa)
 // Issues O += P V of the stage's V tile at sv; the caller fences and commits.
 template <int D, int BC>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 64][32], const uint32_t (&pa)[BC / 16][4], uint32_t sv) {
+  const uint64_t dv = make_desc_sw128(sv, 1024, 1024);
 #pragma unroll
   for (int kk = 0; kk < BC / 16; ++kk)
 #pragma unroll
-    for (int hh = 0; hh < D / 64; ++hh) {
-      const uint64_t db = make_desc_sw128(sv + hh * (BC * 128) + kk * (16 * 128), 1024, 1024);
-      wgmma_rs_m64n64k16_tb(o[hh], pa[kk], db, 1);
-    }
+    for (int hh = 0; hh < D / 64; ++hh)
+      wgmma_rs_m64n64k16_tb(o[hh], pa[kk], desc_plus(dv, hh * (BC * 128) + kk * (16 * 128)), 1);
 }
 
 // Keeps the P registers alive and unmoved until here (a wgmma in flight reads them).
