@@ -16,15 +16,18 @@ constexpr const char* kH100_1207b = "H100, 2026-12-07 (19th session), hopper_pro
 // CTA order by the longest document): `bash bench/device/hopper_probe.sh`, cuDNN in the same call; the
 // forward from its attention_bench runs (--impl ours: forward variant 3).
 constexpr const char* kH100_1207c = "H100, 2026-12-07 (20th session, call 2), hopper_probe.sh";
+// Its third call: the forward with the per-tile descriptors, attention_bench --impl cudnn / hopper3 by
+// hand (docs/benchmarks.md); 32K: the mean of three --reps 15 runs against cuDNN's run after them.
+constexpr const char* kH100_1207d = "H100, 2026-12-07 (20th session, call 3), attention_bench";
 }  // namespace
 
 const std::vector<AttentionChoiceRow>& attention_choice_table() {
   static const std::vector<AttentionChoiceRow> rows = {
-      // d 128 forward, variant 3: 4K, 32K, 128K (packed 8 x 4K: 0.87, as the 4K row). The session's
-      // first call, same binary: 0.97, 1.04, 1.00.
-      {128, false, 0, 3, 516.0 / 528.3, kH100_1207c},
-      {128, false, 16384, 3, 587.7 / 604.9, kH100_1207c},
-      {128, false, 65536, 3, 526.8 / 562.2, kH100_1207c},
+      // d 128 forward, variant 3: 4K, 32K, 128K (packed 8 x 4K: 0.88, as the 4K row). Its figure at
+      // 32K moved by up to 10% between this session's calls (0.94-1.04x cuDNN).
+      {128, false, 0, 3, 525.0 / 522.8, kH100_1207d},
+      {128, false, 16384, 3, 580.8 / 618.5, kH100_1207d},
+      {128, false, 65536, 3, 580.4 / 560.3, kH100_1207d},
       // d 128 backward: variant 6 (variant 2: 0.83, 0.84, 0.85 in the same call)
       {128, true, 0, 6, 374.8 / 419.7, kH100_1207c},
       {128, true, 16384, 6, 488.2 / 538.0, kH100_1207c},
