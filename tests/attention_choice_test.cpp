@@ -24,7 +24,7 @@ TEST(AttentionChoice, TableIsWellFormed) {
     EXPECT_LT(r.ours_over_cudnn, 10.0);
     EXPECT_FALSE(std::string(r.measured).empty()) << "every row names its measurement";
     EXPECT_GE(r.variant, 1);
-    EXPECT_LE(r.variant, 6);
+    EXPECT_LE(r.variant, 7);
     const auto key = std::make_pair(r.d, r.backward);
     auto it = last.find(key);
     if (it == last.end()) EXPECT_EQ(r.from_longest, 0) << "each group starts at length 0";

@@ -14,6 +14,13 @@ fenced. Reductions finish reading at random moments, in any order; `wait_group.r
 all but the newest issued have. Named barriers block until every participant arrived. Random interleavings
 of the four threads (two consumers; d 64: consumer 1 has no dQ but meets the dS^T barrier), and a
 deliberately wrong protocol (variant 6 without its wait, or with one buffer) must fail.
+Variant 7 hands the reductions to a writer warp of the producer: a consumer stores its dQ and arrives
+(without waiting) on a stored barrier that the writer syncs on; the writer issues the reductions,
+waits until the previous pair's have read their buffers and arrives on a free barrier, which the
+consumer syncs on before it stores into a buffer again (one sync per pair from the second, one after
+the last pair: the arrivals and syncs pair up). Named-barrier arrivals do not block; a second arrival
+of one thread before the barrier completes is a fault. The wrong forms (no sync on free, no wait for
+the reads before the free arrival) must fail.
 It models the protocol, not the CUDA source or the hardware.
   python3 tools/hopper_dq_pipeline_model.py      (a few seconds)
 """
@@ -108,16 +115,106 @@ def run(n_pairs, d, order, rng):
         pending[ct] = next(progs[ct], None)
 
 
-def check(label, order, expect_ok, trials=1500):
+def check(label, order, expect_ok, trials=1500, runner=None):
+    """Random interleavings of `runner` (run, or run_writer for variant 7), d 128 and 64 alternately."""
+    runner = runner or run
     count = iter(range(trials))
 
     def trial(rng):
         n_pairs, d = rng.randint(1, 7), 128 if next(count) % 2 == 0 else 64
         try:
-            run(n_pairs, d, order, rng)
+            runner(n_pairs, d, order, rng)
         except Violation as e:
             raise Violation(f"{n_pairs} pairs, d {d}: {e}")
     interleavings("dq pipeline model", label, expect_ok, trials, trial)
+
+
+def run_writer(n_pairs, d, order, rng):
+    """Variant 7: consumer threads (c, t) and the writer warp "w"."""
+    writes = [True, d == 128]
+    cons = [(c, t) for c in range(2) for t in range(2)]
+
+    def consumer(c):
+        for n in range(n_pairs):
+            yield ("sync", "ds")
+            if writes[c]:
+                if n > 0 and order != "v7_no_free":
+                    yield ("sync", ("free", c))
+                yield ("store", c, n, n % 2)
+                yield ("arrive", ("stored", c))
+        if writes[c] and n_pairs > 0 and order != "v7_no_free":
+            yield ("sync", ("free", c))
+
+    def writer():
+        for n in range(n_pairs):
+            for c in range(2):
+                if writes[c]:
+                    yield ("sync", ("stored", c))
+                    yield ("reduce", c, n, n % 2)
+            if order != "v7_no_wait":
+                yield ("wait_read", 1)
+            for c in range(2):
+                if writes[c]:
+                    yield ("arrive", ("free", c))
+
+    progs = {ct: consumer(ct[0]) for ct in cons}
+    progs["w"] = writer()
+    parts = {"ds": set(cons)}
+    for c in range(2):
+        who = {(c, 0), (c, 1), "w"}
+        parts[("stored", c)] = who
+        parts[("free", c)] = who
+    arrived = {k: set() for k in parts}
+    blocked = {}  # thread -> barrier key it syncs on
+    pending = {k: next(g, None) for k, g in progs.items()}
+    reading = []  # (pair, consumer, buf) of reductions not yet done reading
+    issued = 0    # pairs whose reductions the writer has issued
+    stored = {}   # (consumer, pair) -> threads that stored
+    while any(v is not None for v in pending.values()):
+        if reading and rng.random() < 0.3:
+            reading.pop(rng.randrange(len(reading)))
+        done = [key for key, who in parts.items() if arrived[key] == who]
+        for key in done:  # a barrier all of whose participants arrived completes
+            arrived[key] = set()
+            for th in [th for th, k in blocked.items() if k == key]:
+                del blocked[th]
+                pending[th] = next(progs[th], None)
+        if done:
+            continue
+        runnable = []
+        for th, step in pending.items():
+            if step is None or th in blocked:
+                continue
+            # wait_read k: the reductions of every pair but the k newest issued have read their buffers.
+            if step[0] == "wait_read" and any(m < issued - step[1] for m, _, _ in reading):
+                continue
+            runnable.append(th)
+        if not runnable:
+            if reading:
+                continue  # a read will finish
+            raise Violation("deadlock: " + str({th: st for th, st in pending.items() if st}))
+        th = rng.choice(runnable)
+        step = pending[th]
+        kind = step[0]
+        if kind in ("sync", "arrive"):
+            if th in arrived[step[1]]:
+                raise Violation(f"{th} arrives twice on {step[1]} before it completes")
+            arrived[step[1]].add(th)
+            if kind == "sync":
+                blocked[th] = step[1]
+                continue
+        elif kind == "store":
+            _, c, n, buf = step
+            if any(cc == c and b == buf for _, cc, b in reading):
+                raise Violation(f"consumer {c} stores pair {n} into buffer {buf} while a reduction reads it")
+            stored.setdefault((c, n), set()).add(th[1])
+        elif kind == "reduce":
+            _, c, n, buf = step
+            if stored.get((c, n)) != {0, 1}:
+                raise Violation(f"the writer reduces consumer {c}'s pair {n} before every thread stored it")
+            reading.append((n, c, buf))
+            issued = n + 1
+        pending[th] = next(progs[th], None)
 
 
 def main():
@@ -125,6 +222,9 @@ def main():
     check("variant 6 (barrier, reduce, wait after the next pair's scores)", "v6", True)
     check("wrong: variant 6 without the wait for the reads", "v6_no_wait", False)
     check("wrong: variant 6 with one dQ buffer", "v6_one_buffer", False)
+    check("variant 7 (the reductions by a writer warp, stored / free barriers)", "v7", True, runner=run_writer)
+    check("wrong: variant 7 without the consumers' sync on free", "v7_no_free", False, runner=run_writer)
+    check("wrong: variant 7 without the writer's wait for the reads", "v7_no_wait", False, runner=run_writer)
     print("dq pipeline model: ok")
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One short device call (two to three minutes on an H100) for the Hopper attention kernels (issue 31):
-# the forward's variant-3 tests and the engine's, the backward's tests of variants 2, 4, 5 and 6 and
+# the forward's variant-3 tests and the engine's, the backward's tests of variants 2, 4, 5, 6 and 7 and
 # the engine's (a variant whose small cases fail or hang is left out of the rest), then timings next to
 # cuDNN in the same call: the backward alone at d 128 (4K, 32K, 128K) and d 64 (4K, 32K); at 32K and
 # 128K the backward's CTA orders (ULYSSES_HOPPER_CTA_ORDER heads-outer / heads-inside against the
@@ -21,7 +21,7 @@ echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_col
 # Each backward variant's small cases first, under a short timeout; a failure or a hang leaves it out
 # of everything after, so the call still returns the rest.
 VARS=""
-for v in 2 4 5 6; do
+for v in 2 4 5 6 7; do
   if timeout 30 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
        --gtest_filter="$BV.D128Small/v$v:$BV.D64Small/v$v" > /tmp/probe_small_v$v.log 2>&1; then
     VARS="$VARS $v"
@@ -33,13 +33,14 @@ echo "== backward variants that passed their small cases:${VARS:- none}"
 F="HopperAttentionBackward.*"
 for v in $VARS; do F="$F:$BV.*/v$v"; done
 case " $VARS " in *" 6 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInPipelined" ;; esac
+case " $VARS " in *" 7 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInDqWriter" ;; esac
 echo "== bwd tests"; timeout 240 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no --gtest_filter="$F" 2>&1 | ok
 has() { case " $VARS " in *" $1 "*) return 0 ;; esac; return 1; }
 bwd() { timeout 90 $B/hopper_bwd_bench --reps 5 --impl "$@" 2>&1 | grep -E 'backward|error'; }
 fb() { timeout 120 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(cudnn|ours) |error"; }
 H128="cudnn"; H64="cudnn"
-for v in 2 5 6; do has $v && H128="$H128 hopper$v"; done
-for v in 4 5 6; do has $v && H64="$H64 hopper$v"; done
+for v in 2 5 6 7; do has $v && H128="$H128 hopper$v"; done
+for v in 4 5 6 7; do has $v && H64="$H64 hopper$v"; done
 LENS="4096 32768"; [ "${PROBE_LONG:-1}" = 1 ] && LENS="$LENS 131072"
 echo "== bwd bench d128 (default CTA order)"; for S in $LENS; do for i in $H128; do bwd $i $S; done; done
 echo "== bwd bench d64"; for S in 4096 32768; do for i in $H64; do bwd $i --head-dim 64 $S; done; done
@@ -49,9 +50,10 @@ for S in $LENS; do
   [ "$S" = 4096 ] && continue
   for o in heads-outer heads-inside; do echo "-- $o"; ULYSSES_HOPPER_CTA_ORDER=$o bwd hopper$BEST $S; done
 done
-echo "== forward + backward (ours: forward variant 3, backward variant $BEST)"
+FB="$BEST"; has 7 && FB="$FB 7"
+echo "== forward + backward (ours: forward variant 3, backward variants $FB)"
 for a in "4096" "32768" "--doc-len 4096 32768" $([ "${PROBE_LONG:-1}" = 1 ] && echo 131072); do
-  fb cudnn $a; fb ours --hopper-bwd $BEST $a
+  fb cudnn $a; for v in $FB; do fb ours --hopper-bwd $v $a; done
 done
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 echo "== memcheck"

@@ -4,11 +4,12 @@
 // over sweeps of sequence lengths (1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
 // 32/8, 8/8), single and packed documents, d 128 and 64, for each variant (1: cp.async producer and
 // red.global dQ; 2: TMA loads and TMA-reduced dQ; 3: 2 with consumers coupled one pair late; 4: 2 with K
-// and V in registers at d 64; 5: 4 with dV issued early; 6: 5 with the dQ output pipelined). Outputs and
+// and V in registers at d 64; 5: 4 with dV issued early; 6: 5 with the dQ output pipelined; 7: 5 with the
+// dQ reductions issued by a producer warp). Outputs and
 // the workspace are poisoned before
 // every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty workspace.
 // Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
-// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1, 2, 3 or 6) through the Backend
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1, 2, 3, 6 or 7) through the Backend
 // interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -203,7 +204,8 @@ TEST_P(HopperAttentionBackwardVariant, D128PackedDocumentsSweep) { sweep(128, tr
 TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false, GetParam(), stream); }
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
-                         ::testing::Values(Variant{1}, Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6}),
+                         ::testing::Values(Variant{1}, Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6},
+                                           Variant{7}),
                          [](const ::testing::TestParamInfo<Variant>& i) {
                            return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
                          });
@@ -225,6 +227,13 @@ TEST_F(HopperAttentionBackward, BackendOptInTma) {
 TEST_F(HopperAttentionBackward, BackendOptInPipelined) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
       {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "6"}}, 90,
+      /*check_forward=*/false);
+}
+
+// Variant 7 (variant 5 with the dQ reductions issued by the producer's dQ writer warp) through the engine.
+TEST_F(HopperAttentionBackward, BackendOptInDqWriter) {
+  ulysses::cuda_test::expect_engine_attention_matches_cpu(
+      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "7"}}, 91,
       /*check_forward=*/false);
 }
 

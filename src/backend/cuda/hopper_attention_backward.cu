@@ -8,8 +8,9 @@
 // barriers) and an option (DET) for a deterministic order of the dQ reductions; 4 (KREG_STEPS): 2 with K and V
 // as register A operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon
 // as P^T is known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's
-// scores. All correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128 up to 32K (2 at 128K),
-// 5 at d 64 (docs/attention.md).
+// scores; 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead
+// of a consumer thread. 1-6 correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 4 at
+// d 64 (docs/attention.md); 7 written 2026-12-07 after the last device call, not yet run.
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
@@ -73,6 +74,13 @@ constexpr int kBC = 128;           // keys per CTA: 2 consumer warpgroups x 64
 constexpr int kThreads = 384;      // 3 warpgroups
 constexpr int kProducerRegs = 24;  // setmaxnreg: 128 x 24 + 256 x 240 = 64512 <= 65536
 constexpr int kConsumerRegs = 240;
+
+// Variant 7's named barriers between consumer c (128 threads) and the producer's dQ writer warp (32):
+// its dQ tile stored (consumer arrives, writer syncs); its previous buffer read by the reductions
+// (writer arrives, consumer syncs). Ids 2-5 (variants 2-6 use 2, 3 inside a consumer; 3 uses 4-9).
+constexpr int kDqBarThreads = 128 + 32;
+__device__ __forceinline__ int dq_stored_bar(int c) { return 2 + c; }
+__device__ __forceinline__ int dq_free_bar(int c) { return 4 + c; }
 
 // attn::BwdParams (attention_backward_kernel.cuh), full form: Sq = Sk = S, no offsets, qbmin / sufmin
 // over query blocks of kBR rows.
@@ -189,10 +197,10 @@ struct Pair {
 // largest doc_start (the consumers' test for a wholly visible pair), stored with plain shared stores
 // and an arrival per lane (released by it; the consumers read them after their acquiring wait).
 // `full` completes with 33 arrivals and the bytes.
-template <int D, int NS, int V, typename Walk>
+template <int D, int NS, int V, bool DQW, typename Walk>
 __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, uint32_t base, unsigned char* smem,
                                             uint32_t full_bar, uint32_t empty_bar, const CUtensorMap* tq,
-                                            const CUtensorMap* tdo, int wtid) {
+                                            const CUtensorMap* tdo, const CUtensorMap* tdq, int wtid) {
   using T = Tile<D, NS, V>;
   const int S = p.Sq;
   if (wtid == 0) {
@@ -232,6 +240,32 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
       }
       mbar_arrive(full_bar + 8 * s);
     });
+  } else if (DQW && wtid / 32 == 2) {
+    // Variant 7's dQ writer: per pair, once consumer c has stored its dQ tile in buffer n & 1 (its
+    // 128 threads arrive on dq_stored_bar(c), this warp syncs), lane 0 adds the tile to dq_acc with
+    // TMA reductions; then, once the reductions before this pair's have read their buffers, the
+    // warp arrives on dq_free_bar(c): the consumer syncs on it before storing into buffer n + 1 & 1
+    // (pair n - 1's). The consumers never wait for a reduction's issue.
+    const bool one = wtid % 32 == 0;
+    walk([&](const Pair& pr, int n) {
+#pragma unroll
+      for (int c = 0; c < T::kHalves; ++c) {
+        named_barrier_sync(dq_stored_bar(c), kDqBarThreads);
+        const uint32_t sdq = base + T::dq_off + ((n & 1) * T::kHalves + c) * T::dq_cons_bytes;
+        if (one) {
+          tma_reduce_add_3d(tdq, 64 * c, pr.h, pr.qb * kBR, sdq);
+          tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, pr.qb * kBR, sdq + T::dq_box_bytes);
+        }
+      }
+      if (one) {
+        bulk_commit_group();
+        bulk_wait_group_read<1>();  // the previous pair's reductions have read their buffers
+      }
+      __syncwarp();
+#pragma unroll
+      for (int c = 0; c < T::kHalves; ++c) named_barrier_arrive(dq_free_bar(c), kDqBarThreads);
+    });
+    if (one) bulk_wait_group<0>();  // every reduction done before the CTA's shared memory goes
   }
 }
 
@@ -239,13 +273,15 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
 // TMA reductions; 3: 2 with the consumers coupled one pair late. DET (variant 3 only): the dQ
 // reductions into each (query head, 64-row block, column half) in the order of the key blocks.
-template <int D, int NS, int V, bool DET = false, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false>
+template <int D, int NS, int V, bool DET = false, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false,
+          bool DQW = false>
 __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, NS, V>;
   static_assert(!EDV || V == 2, "the early dV (variant 5) is built on variant 2's loop");
   static_assert(!PIPE || (V == 2 && !DET), "the pipelined dQ output (variant 6) is built on variant 2's loop");
+  static_assert(!DQW || (V == 2 && !DET && !PIPE), "the dQ writer warp (variant 7) is built on variant 2's loop");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -323,7 +359,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
     if constexpr (V >= 2) {
-      produce_tma<D, NS, V>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, wtid);
+      produce_tma<D, NS, V, DQW>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, tdq, wtid);
       return;
     }
     int n = 0;  // pairs loaded
@@ -537,6 +573,14 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     __syncwarp();
     if (lane == 0) mbar_arrive(empty_bar + 8 * s);
   };
+  // dQ of the pair in stage s from the dS^T tile `buf` into dq (done on return), the stage released once
+  // the dV / dK group is done (dQ reads only dS and K).
+  auto dq_product = [&](float (&dq)[32], int s, int buf) {
+    issue_dq(dq, buf);
+    wgmma_wait<1>();  // dV, dK done: the stage is free while dQ runs
+    release_stage(s);
+    wgmma_wait<0>();
+  };
   // This thread's dQ (done) into the shared tile at `sdq` as two 128-byte-swizzled boxes of 32 columns
   // (column 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), fenced to the
   // async proxy for the TMA reduction that reads it.
@@ -649,6 +693,33 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
         dq_out(dq, prev, 0);
       }
     }
+  } else if constexpr (DQW) {
+    // Variant 7: the dQ reductions are the producer's dQ writer warp's (produce_tma). Pair n: its
+    // scores, gradients and dQ product; once that is done, the wait for buffer n & 1 to be free (the
+    // writer's arrival after pair n - 2's reductions read it; at n = 0 the one of no pair before, so
+    // the arrivals and syncs pair up, the last sync after the loop), the dQ stores and their fence,
+    // and an arrival for the writer. Nothing is issued between a wgmma and its wait.
+    const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
+    int n_pairs = 0;
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS, buf = n & 1;
+      mbar_wait(full_bar + 8 * s, round & 1);
+      issue_scores(s);
+      gradients(s, pr.qb * kBR, buf);
+      if (writes_dq) {
+        float dq[32];
+        dq_product(dq, s, buf);
+        fence_regs(dq);
+        named_barrier_sync_if(n > 0, dq_free_bar(c), kDqBarThreads);
+        store_dq_tile(dq, dq_tile(buf));
+        named_barrier_arrive(dq_stored_bar(c), kDqBarThreads);
+      } else {
+        wgmma_wait<0>();
+        release_stage(s);
+      }
+      n_pairs = n + 1;
+    });
+    if (n_pairs > 0 && writes_dq) named_barrier_sync(dq_free_bar(c), kDqBarThreads);
   } else if constexpr (PIPE) {
     // Variant 6: a pair's dQ leaves in two parts: its stores to shared memory (and their fence) at the
     // end of the pair, the barrier and the TMA reductions at the start of the next, after the next
@@ -684,10 +755,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       gradients(s, pr.qb * kBR, buf);
       if (writes_dq) {
         float dq[32];
-        issue_dq(dq, buf);
-        wgmma_wait<1>();  // dV, dK done: the stage is free while dQ runs
-        release_stage(s);
-        wgmma_wait<0>();
+        dq_product(dq, s, buf);
         dq_store(dq, buf);
       } else {
         wgmma_wait<0>();
@@ -707,10 +775,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
       gradients(s, pr.qb * kBR, buf);
       if (c < T::kHalves) {
         float dq[32];
-        issue_dq(dq, buf);
-        wgmma_wait<1>();  // dV, dK done: the stage is free while dQ (which reads only dS and K) runs
-        release_stage(s);
-        wgmma_wait<0>();
+        dq_product(dq, s, buf);
         dq_out(dq, pr, buf);
       } else {
         wgmma_wait<0>();
@@ -752,12 +817,13 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(
 }
 
 // Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
-template <int D, int NS, int V, bool DET, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false>
+template <int D, int NS, int V, bool DET, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false,
+          bool DQW = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_backward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tq,
                                          const __grid_constant__ CUtensorMap tdo,
                                          const __grid_constant__ CUtensorMap tdq) {
-  backward_cta<D, NS, V, DET, KREG_STEPS, EDV, PIPE>(p, &tq, &tdo, &tdq);
+  backward_cta<D, NS, V, DET, KREG_STEPS, EDV, PIPE, DQW>(p, &tq, &tdo, &tdq);
 }
 
 // Variant 4: the k-steps of K and V held in registers (all at d 64; none at d 128, see kKreg).
@@ -773,8 +839,9 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
   const unsigned nkb = static_cast<unsigned>((p.Sq + kBC - 1) / kBC), nh = static_cast<unsigned>(p.Hkv);
   const dim3 grid = p.heads_inside ? dim3(nh, nkb) : dim3(nkb, nh);  // see backward_cta
   if (variant >= 2) {
-    // Variants 2 to 6 share the launch; only the kernel and its shared memory differ (4 is 2 with K
-    // and V in registers at d 64, 5 is 4 with dV issued early, 6 is 5 with the dQ output pipelined).
+    // Variants 2 to 7 share the launch; only the kernel and its shared memory differ (4 is 2 with K
+    // and V in registers at d 64, 5 is 4 with dV issued early, 6 is 5 with the dQ output pipelined,
+    // 7 is 5 with the dQ reductions issued by a producer warp).
     auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false>;
     if (variant == 3)
       kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
@@ -782,6 +849,8 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
     if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>>;
     if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true>;
     if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, true>;
+    if (variant == 7)
+      kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, false, true>;
     const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
     const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
     const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
@@ -816,7 +885,7 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   std::string why;
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
-  ULY_CHECK(variant >= 1 && variant <= 6, op << ": variant " << variant << " (there are 1 to 6)");
+  ULY_CHECK(variant >= 1 && variant <= 7, op << ": variant " << variant << " (there are 1 to 7)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;
