@@ -244,8 +244,8 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
     // Variant 7's dQ writer: per pair, once consumer c has stored its dQ tile in buffer n & 1 (its
     // 128 threads arrive on dq_stored_bar(c), this warp syncs), lane 0 adds the tile to dq_acc with
     // TMA reductions; then, once the reductions before this pair's have read their buffers, the
-    // warp arrives on dq_free_bar(c): the consumer syncs on it before storing into buffer n + 1 & 1
-    // (pair n - 1's). The consumers never wait for a reduction's issue.
+    // warp arrives on dq_free_bar(c): the consumer syncs on it before it stores pair n + 1 into buffer
+    // (n + 1) & 1, the one pair n - 1's reductions read. The consumers never wait for a reduction's issue.
     const bool one = wtid % 32 == 0;
     walk([&](const Pair& pr, int n) {
 #pragma unroll
