@@ -2,11 +2,11 @@
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
-// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3: variants 1, 2, 3),
+// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3, hopper4: variants 1-4),
 // one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2, or
 // --hopper-bwd V), the pair to hold against cuDNN's forward + backward.
 //   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1..7]
-//                   [--impl cudnn|own|hopper|hopper2|hopper3|ours|both|all] [S ...]
+//                   [--impl cudnn|own|hopper|hopper2|hopper3|hopper4|ours|both|all] [S ...]
 //   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
@@ -84,9 +84,10 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  const bool cudnn = impl == "cudnn", hopper = impl == "hopper" || impl == "hopper2" || impl == "hopper3";
+  const bool cudnn = impl == "cudnn",
+             hopper = impl == "hopper" || impl == "hopper2" || impl == "hopper3" || impl == "hopper4";
   const bool ours = impl == "ours";  // Hopper forward variant 3 + Hopper backward variant set.hopper_bwd
-  const int hopper_variant = impl == "hopper3" || ours ? 3 : impl == "hopper2" ? 2 : 1;
+  const int hopper_variant = impl == "hopper4" ? 4 : impl == "hopper3" || ours ? 3 : impl == "hopper2" ? 2 : 1;
   if (hopper || ours) {
     std::string why;
     if (!ulysses::cuda::hopper_attention_supported(d, H, Hkv, &why)) {
@@ -198,9 +199,9 @@ int main(int argc, char** argv) {
       else sizes.push_back(std::atoll(argv[i]));
     }
     if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "hopper3" &&
-        impl != "ours" && impl != "both" && impl != "all") {
-      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, hopper2, hopper3, ours, both (cudnn, "
-                           "own) or all\n");
+        impl != "hopper4" && impl != "ours" && impl != "both" && impl != "all") {
+      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, hopper2, hopper3, hopper4, ours, both "
+                           "(cudnn, own) or all\n");
       return 2;
     }
     if (sizes.empty()) sizes = {8192, 32768, 131072};
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
     std::printf("%-7s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
                 "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)
-      for (const char* i : {"cudnn", "own", "hopper", "hopper2", "hopper3", "ours"})
+      for (const char* i : {"cudnn", "own", "hopper", "hopper2", "hopper3", "hopper4", "ours"})
         if (impl == i || impl == "all" || (impl == "both" && (std::strcmp(i, "cudnn") == 0 || std::strcmp(i, "own") == 0)))
           bench(S, set, i);
   } catch (const std::exception& e) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One short device call (two to three minutes on an H100) for the Hopper attention kernels (issue 31):
-# the forward's variant-3 tests and the engine's, the backward's tests of variants 2, 4, 5, 6 and 7 and
+# the forward's variant-3 and -4 tests and the engine's, the backward's tests of variants 2, 4, 5, 6 and 7 and
 # the engine's (a variant whose small cases fail or hang is left out of the rest), then timings next to
 # cuDNN in the same call: the backward alone at d 128 (4K, 32K, 128K) and d 64 (4K, 32K); at 32K and
 # 128K the backward's CTA orders (ULYSSES_HOPPER_CTA_ORDER heads-outer / heads-inside against the
@@ -18,6 +18,13 @@ FV='Hopper/HopperAttentionVariant'
 BV='Hopper/HopperAttentionBackwardVariant'
 ok() { grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|tests ran" | tail -25; }
 echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:HopperAttention.*" 2>&1 | ok
+# Forward variant 4 (persistent): its small case first under a short timeout, then its sweeps.
+F4=0
+if timeout 30 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.D128Small/v4" > /tmp/probe_f4.log 2>&1; then
+  F4=1; echo "== fwd tests v4"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v4" 2>&1 | ok
+else
+  echo "== forward variant 4: small case failed or hung (rc $?); left out"; tail -5 /tmp/probe_f4.log
+fi
 # Each backward variant's small cases first, under a short timeout; a failure or a hang leaves it out
 # of everything after, so the call still returns the rest.
 VARS=""
@@ -51,6 +58,13 @@ for S in $LENS; do
   for o in heads-outer heads-inside; do echo "-- $o"; ULYSSES_HOPPER_CTA_ORDER=$o bwd hopper$BEST $S; done
 done
 FB="$BEST"; has 7 && FB="$FB 7"
+if [ "$F4" = 1 ]; then
+  echo "== forward variant 3 against 4 (persistent), cuDNN's forward in the fwd+bwd lines below"
+  fwd() { timeout 60 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(hopper3|hopper4) |error"; }
+  for a in "4096" "32768" "--doc-len 4096 32768" "--doc-len 4096 32768" $([ "${PROBE_LONG:-1}" = 1 ] && echo 131072); do
+    fwd hopper3 $a; fwd hopper4 $a
+  done
+fi
 echo "== forward + backward (ours: forward variant 3, backward variants $FB)"
 for a in "4096" "32768" "--doc-len 4096 32768" $([ "${PROBE_LONG:-1}" = 1 ] && echo 131072); do
   fb cudnn $a; for v in $FB; do fb ours --hopper-bwd $v $a; done

@@ -31,7 +31,8 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 // it is made): ULYSSES_HOPPER_VARIANT=1 is the first version, 2 the pipelined one (intra-warpgroup
 // overlap of softmax and GEMMs, ping-pong between the two consumer warpgroups, 3 stages), 3 (or unset:
 // the default, the fastest) variant 2 with a TMA producer (K and V through tensor maps; see
-// docs/attention.md). Anything else throws an Error naming the variable.
+// docs/attention.md), 4 variant 3 persistent (one CTA per SM walking the blocks; not yet run on a GPU).
+// Anything else throws an Error naming the variable.
 int hopper_attention_variant();
 
 // The CTA order of the Hopper forward and backward (read at each call, for A/B runs):
@@ -49,7 +50,7 @@ HopperCtaOrder hopper_cta_order();
 // (measured, H100, 2026-12-07: the backward at 32K 3.5% faster heads-outer, mean of two runs each).
 bool hopper_cta_heads_inside_default(bool backward, int64_t longest);
 
-// hopper_attention_forward with the variant given (1, 2 or 3), for tests and benchmarks that run all.
+// hopper_attention_forward with the variant given (1 to 4), for tests and benchmarks that run all.
 void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,

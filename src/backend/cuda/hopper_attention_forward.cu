@@ -21,8 +21,10 @@
 // and ping-pong between the two consumers (named barriers order their GEMM issues), 3 stages; 3,
 // variant 2's consumers with a TMA producer (produce_tma: one thread of the producer warpgroup
 // loads each stage's K and V with cp.async.bulk.tensor from tensor maps the host encodes, the
-// stage's `full` completing on the bytes landed), 3 stages. They share every other piece
-// (setup_block, produce, consumer_rows, issue_qk, softmax_block, pack_p, issue_pv, epilogue).
+// stage's `full` completing on the bytes landed), 3 stages; 4, variant 3 persistent (one CTA per SM
+// walks the blocks, its producer loading the next block's Q and K / V while the consumers finish the
+// current one: forward_persistent_cta). They share every other piece (setup_block, produce,
+// consumer_rows, issue_qk, softmax_block, pack_p, issue_pv, epilogue; variant 4 its own setup).
 // Shared-memory tiles use the 128-byte swizzle of wgmma's canonical layouts: a tile of R rows and D
 // columns is stored as D / 64 column halves of R rows x 128 bytes each, row r's 16-byte chunk c at
 // r * 128 + ((c ^ (r % 8)) * 16), every half 1024-byte aligned (a swizzle atom is 8 rows, 1024 bytes).
@@ -210,12 +212,13 @@ __device__ __forceinline__ void produce(const Params& p, const Block& b, uint32_
 // load_tile writes). Keys past S come back as zeros, and their bytes count all the same, so every
 // stage completes on stage_bytes. `full` completes when the bytes landed, whatever the producer
 // does next: no signal one block late, as the cp.async producer's.
+// g0: the ring position of the block's first key block (variant 4 runs one ring through its blocks).
 template <int D, int BC, int NS>
 __device__ __forceinline__ void produce_tma(const Block& b, uint32_t base, uint32_t full_bar, uint32_t empty_bar,
-                                            const CUtensorMap* tk, const CUtensorMap* tv) {
+                                            const CUtensorMap* tk, const CUtensorMap* tv, int g0 = 0) {
   using T = Tile<D, BC, NS>;
   for (int it = 0; it < b.n_blocks; ++it) {
-    const int s = it % NS, round = it / NS;
+    const int s = (g0 + it) % NS, round = (g0 + it) / NS;
     mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
     const int k0 = (b.kb_lo + it) * BC;
     const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes, fb = full_bar + 8 * s;
@@ -238,12 +241,25 @@ struct Rows {
   __device__ __forceinline__ bool sees(int ks, int ke) const { return active && ke >= wlo_min && ks <= wrow_max; }
 };
 
+// The rest of r (r.c and r.r0 set) from the block's row document starts s_doc [128] and their per-warp
+// minimum and maximum s_red [8] (4 warps' minima, then maxima).
+__device__ __forceinline__ void fill_rows(Rows& r, int S, const int* s_doc, const int* s_red, int wtid) {
+  const int wi = wtid / 32, g = (wtid % 32) / 4;
+  r.active = r.r0 < S;
+  r.wlo_min = min(s_red[2 * r.c], s_red[2 * r.c + 1]);
+  r.wlo_max = max(s_red[4 + 2 * r.c], s_red[5 + 2 * r.c]);
+  r.wrow_max = min(r.r0 + 63, S - 1);
+  r.rowA = r.r0 + 16 * wi + g;
+  r.lo[0] = s_doc[64 * r.c + 16 * wi + g];
+  r.lo[1] = s_doc[64 * r.c + 16 * wi + g + 8];
+}
+
 // A consumer warpgroup loads its Q tile (then a barrier of its 128 threads) and learns its rows.
 template <int D, int BC, int NS>
 __device__ __forceinline__ Rows consumer_rows(const Params& p, const Block& b, uint32_t base, const int* s_doc,
                                               const int* s_red, int wg, int wtid) {
   using T = Tile<D, BC, NS>;
-  const int S = p.S, lane = wtid % 32, wi = wtid / 32, g = lane / 4;
+  const int S = p.S;
   const int64_t q_row = int64_t(p.H) * D;
   Rows r;
   r.c = wg - 1;
@@ -255,13 +271,7 @@ __device__ __forceinline__ Rows consumer_rows(const Params& p, const Block& b, u
   cp_async_wait<0>();
   fence_proxy_async();
   named_barrier_sync(1 + r.c, 128);
-  r.active = r.r0 < S;
-  r.wlo_min = min(s_red[2 * r.c], s_red[2 * r.c + 1]);
-  r.wlo_max = max(s_red[4 + 2 * r.c], s_red[5 + 2 * r.c]);
-  r.wrow_max = min(r.r0 + 63, S - 1);
-  r.rowA = r.r0 + 16 * wi + g;
-  r.lo[0] = s_doc[64 * r.c + 16 * wi + g];
-  r.lo[1] = s_doc[64 * r.c + 16 * wi + g + 8];
+  fill_rows(r, S, s_doc, s_red, wtid);
   return r;
 }
 
@@ -464,12 +474,18 @@ __device__ __forceinline__ void consume_v1(const Params& p, const Block& b, cons
 // block t's `full`; with 2 stages each waits for the other (tools/hopper_attention_model.py shows it).
 constexpr int kSchedBar = 3;  // + c: consumer c's scheduling barrier (1 + c: the Q-load barriers)
 
-template <int D, int BC, int NS>
+// g0: the ring position of the block's first key block (variant 4 runs one ring through several
+// blocks). q_done(): called once the warpgroup's last S = Q K^T of the block has completed (variant 4
+// then lets the producer load the next block's Q); a no-op otherwise.
+struct NoHook {
+  __device__ __forceinline__ void operator()() const {}
+};
+template <int D, int BC, int NS, typename QDone = NoHook>
 __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, const Rows& r, uint32_t base,
                                             uint32_t full_bar, uint32_t empty_bar, float (&o)[D / 64][32],
-                                            float (&m_run)[2], float (&l_run)[2]) {
+                                            float (&m_run)[2], float (&l_run)[2], int g0 = 0,
+                                            QDone q_done = QDone{}) {
   using T = Tile<D, BC, NS>;
-  static_assert(NS >= 3, "variant 2 deadlocks with 2 stages (see above)");
   const int lane = threadIdx.x % 32;
   const int n = b.n_blocks, my_bar = kSchedBar + r.c, other_bar = kSchedBar + 1 - r.c;
   // The key blocks the warpgroup sees, a .. a + n_vis - 1 (as Rows::sees, which is contiguous).
@@ -479,11 +495,11 @@ __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, cons
     a = first - b.kb_lo;
     n_vis = max(last - first + 1, 0);
   }
-  const auto stage_k = [&](int t) { return base + T::q_bytes + (t % NS) * T::stage_bytes; };
-  const auto full_wait = [&](int t) { mbar_wait(full_bar + 8 * (t % NS), (t / NS) & 1); };
+  const auto stage_k = [&](int t) { return base + T::q_bytes + ((g0 + t) % NS) * T::stage_bytes; };
+  const auto full_wait = [&](int t) { mbar_wait(full_bar + 8 * ((g0 + t) % NS), ((g0 + t) / NS) & 1); };
   const auto release = [&](int t) {  // this warp is done with block t's stage
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * (t % NS));
+    if (lane == 0) mbar_arrive(empty_bar + 8 * ((g0 + t) % NS));
   };
   // Lets the other consumer's turn go, except consumer 1 after its last turn (n): consumer 0 does
   // no turn after that. Predicated, not branched: wgmma may be in flight here.
@@ -498,6 +514,7 @@ __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, cons
 
   int t = 0;
   for (; t < (n_vis > 0 ? a : n + 1); ++t) idle_turn(t);
+  if (n_vis == 0) q_done();
   if (n_vis > 0) {
     uint32_t pa[BC / 16][4];  // P of the previous block, the A operand of its P V
     // Turn a: S_a alone (O is zero: no rescale).
@@ -543,6 +560,8 @@ __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, cons
       rescale_o_if(o, alpha);
       pack_p<BC>(sc, pa);
     }
+    // Every S of the block has landed (the wait above); Q is free.
+    q_done();
     // Turn a + n_vis: the last P V (and block t, if any, unseen).
     if (t < n) full_wait(t);
     named_barrier_sync(my_bar, 256);
@@ -605,6 +624,7 @@ __device__ __forceinline__ void forward_cta(const Params& p, const CUtensorMap* 
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
   float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+  static_assert(V != 2 || NS >= 3, "variant 2 deadlocks with 2 stages (see consume_v2)");
   if constexpr (V == 1) consume_v1<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
   else consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
   epilogue<D>(p, b, r, o, m_run, l_run);
@@ -624,6 +644,174 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_forward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tk,
                                         const __grid_constant__ CUtensorMap tv) {
   forward_cta<D, BC, NS, 3>(p, &tk, &tv);
+}
+
+// ---- Variant 4: variant 3 made persistent ----
+//
+// One CTA per SM walks blocks (128 query rows of one head) in a fixed order: the heaviest first
+// across all heads (as variant 3's dispatch), dealt out in rounds of G = the grid's size, every other
+// round reversed (a snake: CTA b takes block rG + b in even rounds, rG + G - 1 - b in odd ones), so
+// that the sums per CTA even out (a list-scheduling model puts the snake's makespan at 1.00-1.01x the
+// mean load for 4K and packed 4K documents, docs/attention.md). The point is the overlap: one CTA's
+// producer loads the next block's Q and first K / V while its consumers finish the current block,
+// where variant 3 pays each block's start (loads, pipeline fill) and end with the SM otherwise idle.
+// Every role walks the same blocks and computes their key ranges itself (no CTA-wide barrier after
+// the start):
+//   the producer (warp 0; lane 0 issues): per block, the rows' smallest document start (a warp
+//     reduction over 128 loads), then each consumer's Q tile once that consumer released it
+//     (q_empty[c], 4 warp arrivals; q_full[c] completes on the bytes), then the K / V blocks into the
+//     ring, whose position g runs on across blocks;
+//   each consumer: per block, its threads load the 128 rows' document starts (one each) into its own
+//     scratch and reduce them per warp, meet at named barrier 1 + c, wait for q_full[c], run
+//     variant 2's turns from ring position g0 (consume_v2), release Q after its last S (q_done) and
+//     write the block's out and lse. Its scratch is rewritten only a block later, after every warp of
+//     the consumer passed that block's turn barriers (all four take part in each).
+template <int D, int BC, int NS>
+struct PTile {
+  using Base = Tile<D, BC, NS>;  // Q [2][halves][64][128 B], then the ring: variant 3's layout
+  static constexpr int qbar_off = Base::bar_off + 2 * NS * 8;   // q_full[2], q_empty[2]
+  static constexpr int scratch_off = qbar_off + 4 * 8;          // per consumer: doc [128], red [8]
+  static constexpr int scratch_ints = kBR + 8;
+  static constexpr size_t smem_bytes = 1024 + scratch_off + 2 * scratch_ints * 4;
+  static_assert(smem_bytes <= 227 * 1024, "shared memory");
+};
+
+// Block number i of this CTA's walk (-1 past the end): rounds of gridDim.x, every other one reversed.
+__device__ __forceinline__ int persistent_block(int i, int n_blocks_all) {
+  const int G = gridDim.x, b = blockIdx.x;
+  const int k = i * G + ((i & 1) ? G - 1 - b : b);
+  return i * G < n_blocks_all && k < n_blocks_all ? k : -1;
+}
+
+// The query block (heaviest first, heads inside) and head of walk entry k, and the key blocks that its
+// rows can see given their smallest document start `lo` (kIntMax: no row below S).
+template <int BC>
+__device__ __forceinline__ Block persistent_block_at(const Params& p, int k, int lo) {
+  const int nqb = (p.S + kBR - 1) / kBR;
+  Block b;
+  b.h = k % p.H;
+  b.hk = b.h / p.group;
+  b.q0 = (nqb - 1 - k / p.H) * kBR;
+  const int q_last = min(b.q0 + kBR - 1, p.S - 1);
+  b.kb_lo = max(lo, 0) / BC;
+  b.n_blocks = q_last / BC - b.kb_lo + 1;
+  return b;
+}
+
+template <int D, int BC, int NS>
+__device__ __forceinline__ void forward_persistent_cta(const Params& p, const CUtensorMap* tk, const CUtensorMap* tv,
+                                                       const CUtensorMap* tq) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tile<D, BC, NS>;
+  using PT = PTile<D, BC, NS>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  unsigned char* smem = smem_raw + (base - raw);
+  const uint32_t full_bar = base + T::bar_off, empty_bar = full_bar + NS * 8;
+  const uint32_t q_full = base + PT::qbar_off, q_empty = q_full + 2 * 8;
+  const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, lane = tid % 32;
+  const int S = p.S, n_all = ((S + kBR - 1) / kBR) * p.H;
+  if (tid == 0) {
+    prefetch_tensormap(tk);
+    prefetch_tensormap(tv);
+    prefetch_tensormap(tq);
+    for (int s = 0; s < NS; ++s) {
+      mbar_init(full_bar + 8 * s, 1);   // the TMA thread's arrive.expect_tx, then the bytes
+      mbar_init(empty_bar + 8 * s, 8);  // every consumer warp, once done with the stage
+    }
+    for (int c = 0; c < 2; ++c) {
+      mbar_init(q_full + 8 * c, 1);
+      mbar_init(q_empty + 8 * c, 4);  // the consumer's warps, once its last S of a block landed
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegsTma>();
+    if (wtid >= 32) return;
+    int g = 0;  // ring position
+    for (int i = 0;; ++i) {
+      const int k = persistent_block(i, n_all);
+      if (k < 0) break;
+      const int nqb = (S + kBR - 1) / kBR, q0 = (nqb - 1 - k / p.H) * kBR;
+      int lo = kIntMax;
+#pragma unroll
+      for (int x = 0; x < kBR / 32; ++x) {
+        const int row = q0 + lane + 32 * x;
+        if (row < S) lo = min(lo, p.doc_start[row]);
+      }
+      lo = __reduce_min_sync(0xffffffffu, lo);
+      const Block b = persistent_block_at<BC>(p, k, lo);
+      if (lane == 0) {
+        for (int c = 0; c < 2; ++c) {
+          mbar_wait(q_empty + 8 * c, (i & 1) ^ 1);
+          mbar_arrive_expect_tx(q_full + 8 * c, T::q_wg_bytes);
+          tma_load_tile<D>(base + c * T::q_wg_bytes, 64, tq, b.h, b.q0 + 64 * c, q_full + 8 * c);
+        }
+        produce_tma<D, BC, NS>(b, base, full_bar, empty_bar, tk, tv, g);
+      }
+      g += b.n_blocks;
+      __syncwarp();
+    }
+    return;
+  }
+
+  setmaxnreg_inc<kConsumerRegsTma>();
+  const int c = wg - 1, wi = wtid / 32;
+  int* s_doc = reinterpret_cast<int*>(smem + PT::scratch_off) + c * PT::scratch_ints;
+  int* s_red = s_doc + kBR;
+  int g0 = 0;
+  for (int i = 0;; ++i) {
+    const int k = persistent_block(i, n_all);
+    if (k < 0) break;
+    const int nqb = (S + kBR - 1) / kBR, q0 = (nqb - 1 - k / p.H) * kBR;
+    // The 128 rows' document starts, one a thread, and their per-warp minimum and maximum.
+    {
+      const int row = q0 + wtid;
+      int lo = row < S ? p.doc_start[row] : kIntMax, hi = lo;
+      s_doc[wtid] = lo;
+      lo = __reduce_min_sync(0xffffffffu, lo);
+      hi = __reduce_max_sync(0xffffffffu, hi);
+      if (lane == 0) {
+        s_red[wi] = lo;
+        s_red[4 + wi] = hi;
+      }
+    }
+    named_barrier_sync(1 + c, 128);
+    const Block b = persistent_block_at<BC>(p, k, min(min(s_red[0], s_red[1]), min(s_red[2], s_red[3])));
+    Rows r;
+    r.c = c;
+    r.r0 = b.q0 + 64 * c;
+    r.sq = base + c * T::q_wg_bytes;
+    fill_rows(r, S, s_doc, s_red, wtid);
+    mbar_wait(q_full + 8 * c, i & 1);
+    float o[T::kHalves][32];
+#pragma unroll
+    for (int hh = 0; hh < T::kHalves; ++hh)
+#pragma unroll
+      for (int x = 0; x < 32; ++x) o[hh][x] = 0.f;
+    float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+    const uint32_t qe = q_empty + 8 * c;
+    consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run, g0, [&] {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(qe);
+    });
+    epilogue<D>(p, b, r, o, m_run, l_run);
+    g0 += b.n_blocks;
+  }
+#else
+  __trap();  // built only for sm_90a; the host side refuses other devices
+#endif
+}
+
+template <int D, int BC, int NS>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_attention_forward_persistent_kernel(const Params p, const __grid_constant__ CUtensorMap tk,
+                                               const __grid_constant__ CUtensorMap tv,
+                                               const __grid_constant__ CUtensorMap tq) {
+  forward_persistent_cta<D, BC, NS>(p, &tk, &tv, &tq);
 }
 
 template <int D, int NS, void (*Kernel)(Params)>
@@ -661,6 +849,26 @@ void launch_tma(const Params& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
 }
 
+// Variant 4 (persistent): variant 3's layout and stages; one CTA per SM (at most one per block).
+template <int D, int NS>
+void launch_persistent(const Params& p, cudaStream_t stream) {
+  constexpr int BC = 128;
+  using PT = PTile<D, BC, NS>;
+  constexpr auto kernel = hopper_attention_forward_persistent_kernel<D, BC, NS>;
+  const CUtensorMap tk = kv_tensor_map<D, BC>(p.k, p.S, p.Hkv), tv = kv_tensor_map<D, BC>(p.v, p.S, p.Hkv);
+  // Q: box {64, 1, 64}, one consumer's 64 rows of one head (rows past S zero-filled).
+  const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.S, p.H, D, 64, 64, "cuda::hopper_attention_forward");
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(PT::smem_bytes)));
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t blocks = int64_t((p.S + kBR - 1) / kBR) * p.H;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, std::max(sms, 1)));
+  kernel<<<grid, kThreads, PT::smem_bytes, stream>>>(p, tk, tv, tq);
+  CUDA_CHECK_LAUNCH("hopper_attention_forward");
+}
+
 // Variant 1: 2 stages. Variants 2 and 3: 3 stages (d 128: Q 32 KB + 3 x 64 KB of K and V, 225.6 KB
 // in all). Variant 3 would not deadlock with 2 (its `full` is not one block late; the model checks
 // it) but keeps 3 for slack: a TMA load of a stage starts only once both consumers released it.
@@ -668,7 +876,8 @@ constexpr int kStagesV1 = 2, kStagesV2 = 3, kStagesV3 = 3;
 
 template <int D>
 void launch_variant(const Params& p, int variant, cudaStream_t stream) {
-  if (variant == 3) launch_tma<D, kStagesV3>(p, stream);
+  if (variant == 4) launch_persistent<D, kStagesV3>(p, stream);
+  else if (variant == 3) launch_tma<D, kStagesV3>(p, stream);
   else if (variant == 2)
     launch<D, kStagesV2, hopper_attention_forward_kernel<D, 128, kStagesV2, 2>>(p, stream);
   else launch<D, kStagesV1, hopper_attention_forward_kernel<D, 128, kStagesV1, 1>>(p, stream);
@@ -702,10 +911,11 @@ int hopper_attention_variant() {
   const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
   if (v == nullptr || *v == '\0') return 3;
   const std::string s = v;
-  ULY_CHECK(s == "1" || s == "2" || s == "3",
+  ULY_CHECK(s == "1" || s == "2" || s == "3" || s == "4",
             "ULYSSES_HOPPER_VARIANT=" << s
                                       << ": takes 1 (the first Hopper forward), 2 (intra-warpgroup overlap, "
-                                         "ping-pong, 3 stages) or 3 (variant 2 with a TMA producer, the default)");
+                                         "ping-pong, 3 stages), 3 (variant 2 with a TMA producer, the default) or 4 "
+                                         "(variant 3 persistent)");
   return s[0] - '0';
 }
 
@@ -735,7 +945,7 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,
                                       int variant) {
   const char* op = "cuda::hopper_attention_forward";
-  ULY_CHECK(variant >= 1 && variant <= 3, op << ": variant " << variant << " (1, 2 or 3)");
+  ULY_CHECK(variant >= 1 && variant <= 4, op << ": variant " << variant << " (1 to 4)");
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
   ULY_CHECK(hopper_attention_supported(d, H, Hkv, &why),
