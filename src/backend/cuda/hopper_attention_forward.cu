@@ -391,6 +391,17 @@ __device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N][4]) {
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
+// A block's running state before its first key block: O zero, no maximum, no sum.
+template <int H>
+__device__ __forceinline__ void start_rows(float (&o)[H][32], float (&m_run)[2], float (&l_run)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < H; ++hh)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
+  m_run[0] = m_run[1] = kNegInf;
+  l_run[0] = l_run[1] = 0.f;
+}
+
 // Normalise, write out (bf16) and lse (natural log).
 template <int D>
 __device__ __forceinline__ void epilogue(const Params& p, const Block& b, const Rows& r, float (&o)[D / 64][32],
@@ -618,12 +629,8 @@ __device__ __forceinline__ void forward_cta(const Params& p, const CUtensorMap* 
   if constexpr (V == 3) setmaxnreg_inc<kConsumerRegsTma>();
   else setmaxnreg_inc<kConsumerRegs>();
   const Rows r = consumer_rows<D, BC, NS>(p, b, base, s_doc, s_red, wg, wtid);
-  float o[T::kHalves][32];
-#pragma unroll
-  for (int hh = 0; hh < T::kHalves; ++hh)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
-  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+  float o[T::kHalves][32], m_run[2], l_run[2];
+  start_rows(o, m_run, l_run);
   static_assert(V != 2 || NS >= 3, "variant 2 deadlocks with 2 stages (see consume_v2)");
   if constexpr (V == 1) consume_v1<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
   else consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
@@ -787,12 +794,8 @@ __device__ __forceinline__ void forward_persistent_cta(const Params& p, const CU
     r.sq = base + c * T::q_wg_bytes;
     fill_rows(r, S, s_doc, s_red, wtid);
     mbar_wait(q_full + 8 * c, i & 1);
-    float o[T::kHalves][32];
-#pragma unroll
-    for (int hh = 0; hh < T::kHalves; ++hh)
-#pragma unroll
-      for (int x = 0; x < 32; ++x) o[hh][x] = 0.f;
-    float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+    float o[T::kHalves][32], m_run[2], l_run[2];
+    start_rows(o, m_run, l_run);
     const uint32_t qe = q_empty + 8 * c;
     consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run, g0, [&] {
       __syncwarp();
@@ -835,37 +838,29 @@ CUtensorMap kv_tensor_map(const bf16* ptr, int S, int Hkv) {
   return hopper_tensor_map(ptr, 2, S, Hkv, D, 64, BC, "cuda::hopper_attention_forward");
 }
 
-template <int D, int NS>
+// Variant 3, or with PERSISTENT variant 4: the same layout and stages, one CTA per SM (at most one
+// per block), and Q through a tensor map too (box {64, 1, 64}: one consumer's 64 rows of one head).
+template <int D, int NS, bool PERSISTENT = false>
 void launch_tma(const Params& p, cudaStream_t stream) {
   constexpr int BC = 128;
-  using T = Tile<D, BC, NS>;
-  constexpr auto kernel = hopper_attention_forward_tma_kernel<D, BC, NS>;
+  constexpr size_t smem = PERSISTENT ? PTile<D, BC, NS>::smem_bytes : Tile<D, BC, NS>::smem_bytes;
   const CUtensorMap tk = kv_tensor_map<D, BC>(p.k, p.S, p.Hkv), tv = kv_tensor_map<D, BC>(p.v, p.S, p.Hkv);
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(T::smem_bytes)));
   const unsigned nqb = static_cast<unsigned>((p.S + kBR - 1) / kBR), nh = static_cast<unsigned>(p.H);
-  const dim3 grid = p.heads_inside ? dim3(nh, nqb) : dim3(nqb, nh);  // see setup_block
-  kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p, tk, tv);
-  CUDA_CHECK_LAUNCH("hopper_attention_forward");
-}
-
-// Variant 4 (persistent): variant 3's layout and stages; one CTA per SM (at most one per block).
-template <int D, int NS>
-void launch_persistent(const Params& p, cudaStream_t stream) {
-  constexpr int BC = 128;
-  using PT = PTile<D, BC, NS>;
-  constexpr auto kernel = hopper_attention_forward_persistent_kernel<D, BC, NS>;
-  const CUtensorMap tk = kv_tensor_map<D, BC>(p.k, p.S, p.Hkv), tv = kv_tensor_map<D, BC>(p.v, p.S, p.Hkv);
-  // Q: box {64, 1, 64}, one consumer's 64 rows of one head (rows past S zero-filled).
-  const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.S, p.H, D, 64, 64, "cuda::hopper_attention_forward");
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(PT::smem_bytes)));
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t blocks = int64_t((p.S + kBR - 1) / kBR) * p.H;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, std::max(sms, 1)));
-  kernel<<<grid, kThreads, PT::smem_bytes, stream>>>(p, tk, tv, tq);
+  if constexpr (PERSISTENT) {
+    constexpr auto kernel = hopper_attention_forward_persistent_kernel<D, BC, NS>;
+    const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.S, p.H, D, 64, 64, "cuda::hopper_attention_forward");
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(int64_t(nqb) * nh, std::max(sms, 1)));
+    kernel<<<grid, kThreads, smem, stream>>>(p, tk, tv, tq);
+  } else {
+    constexpr auto kernel = hopper_attention_forward_tma_kernel<D, BC, NS>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const dim3 grid = p.heads_inside ? dim3(nh, nqb) : dim3(nqb, nh);  // see setup_block
+    kernel<<<grid, kThreads, smem, stream>>>(p, tk, tv);
+  }
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
 }
 
@@ -876,7 +871,7 @@ constexpr int kStagesV1 = 2, kStagesV2 = 3, kStagesV3 = 3;
 
 template <int D>
 void launch_variant(const Params& p, int variant, cudaStream_t stream) {
-  if (variant == 4) launch_persistent<D, kStagesV3>(p, stream);
+  if (variant == 4) launch_tma<D, kStagesV3, true>(p, stream);
   else if (variant == 3) launch_tma<D, kStagesV3>(p, stream);
   else if (variant == 2)
     launch<D, kStagesV2, hopper_attention_forward_kernel<D, 128, kStagesV2, 2>>(p, stream);
