@@ -486,3 +486,106 @@ for n in range(1, 7):
             for seed in range(60): run_v2(n, NS, ranges, seed, tma=True); n_cases += 1
 print(f"variant 3 protocol (variant 2's turns over a TMA producer: one arrive.expect_tx per stage, loads "
       f"landing in any order): ok ({n_cases} interleavings, 1-6 blocks, 2 and 3 stages: no deadlock with 2)")
+
+# Variant 4 (persistent): one CTA walks several blocks. The producer thread issues, per block, each
+# consumer's Q tile (once that consumer released the previous block's Q: q_empty[c], 4 warp arrivals;
+# q_full[c] completes on the bytes) and then the block's K / V into one ring whose position runs on
+# across blocks; each consumer waits for its Q, runs variant 2's turns from the ring position g0,
+# releases Q once its last S has landed (at once where it sees no key) and goes on to the next block.
+QLOADS = 2  # d 128: a consumer's Q tile is two 64-column boxes
+def run_v4(blocks, NS, seed, fault=None):
+    """blocks: [(n_blocks, ranges)] of one CTA's walk; ranges as run_v2's. fault: "early_q" releases Q
+    one turn before the last S, "ring_reset" restarts the consumers' ring position at every block."""
+    rnd = random.Random(seed)
+    full = [TxBar(1) for _ in range(NS)]; empty = [Bar(8) for _ in range(NS)]
+    q_full = [TxBar(1), TxBar(1)]; q_empty = [Bar(4), Bar(4)]
+    sched = [NamedBar(8), NamedBar(8)]
+    stage_block = [None] * NS; landed = [0] * NS; readers = [0] * NS
+    q_block = [None, None]; q_landed = [0, 0]; q_readers = [0, 0]
+    inflight, done = [], []
+    starts = [sum(n for n, _ in blocks[:j]) for j in range(len(blocks))]  # ring position of each block
+    def producer():
+        g = 0
+        for j, (n, _) in enumerate(blocks):
+            for c in (0, 1):
+                while not q_empty[c].done((j & 1) ^ 1): yield
+                assert q_readers[c] == 0, f"Q of consumer {c} overwritten while an S reads it"
+                q_block[c] = j; q_landed[c] = 0
+                q_full[c].arrive(1, tx=QLOADS); yield
+                for _ in range(QLOADS): inflight.append(("q", c)); yield
+            for it in range(n):
+                s, rnd_ = g % NS, g // NS
+                while not empty[s].done((rnd_ & 1) ^ 1): yield
+                assert readers[s] == 0, "overwrite while read"
+                stage_block[s] = g; landed[s] = 0
+                full[s].arrive(1, tx=LOADS); yield
+                for _ in range(LOADS): inflight.append(("kv", s)); yield
+                g += 1
+        done.append(True)
+    def engine():
+        while not (done and not inflight):
+            if inflight:
+                kind, x = inflight.pop(rnd.randrange(len(inflight)))
+                if kind == "q":
+                    q_landed[x] += 1; q_full[x].complete_tx(1)
+                else:
+                    landed[x] += 1; full[x].complete_tx(1)
+            yield
+    def consumer(c, w):
+        for j, (n, ranges) in enumerate(blocks):
+            g0 = 0 if fault == "ring_reset" else starts[j]
+            a, n_vis = ranges[c]
+            if n_vis == 0: a = n + 1
+            while not q_full[c].done(j & 1): yield
+            assert q_block[c] == j and q_landed[c] == QLOADS, f"consumer {c} warp {w}: Q of block {q_block[c]}, wanted {j}"
+            def wait_full(t):
+                s = (g0 + t) % NS
+                while not full[s].done(((g0 + t) // NS) & 1): yield
+                assert stage_block[s] == g0 + t and landed[s] == LOADS, \
+                    f"consumer {c} warp {w} read stage {s} holding {stage_block[s]}, wanted {g0 + t}"
+            def turn(t, issue_s, issue_pv):
+                if t < n: yield from wait_full(t)
+                gen = sched[c].gen; sched[c].arrive()
+                while sched[c].gen == gen: yield
+                if issue_s:
+                    readers[(g0 + t) % NS] += 1
+                    q_readers[c] += 1
+                if c == 0 or t < n: sched[1 - c].arrive()
+                yield
+                if issue_s: q_readers[c] -= 1  # S landed (wait_group) before the turn's softmax
+                if issue_pv:
+                    readers[(g0 + t - 1) % NS] -= 1; empty[(g0 + t - 1) % NS].arrive(1); yield
+                if t < n and not issue_s:
+                    empty[(g0 + t) % NS].arrive(1); yield
+            if c == 1: sched[0].arrive()
+            released = False
+            for t in range(n + 1):
+                # q_done: after the last turn that issued an S (or at once with no S at all)
+                last_s = a + n_vis - (1 if fault == "early_q" and n_vis > 1 else 0)
+                if not released and (n_vis == 0 or t == last_s):
+                    q_empty[c].arrive(1); released = True; yield
+                yield from turn(t, a <= t < a + n_vis, a < t <= a + n_vis)
+            assert released
+    interleave(rnd, [producer(), engine()] + [consumer(w // 4, w % 4) for w in range(8)])
+    assert all(b.arrived == 0 for b in sched), "scheduling barrier left with arrivals"
+
+n_cases = 0
+rnd_blocks = random.Random(7)
+for trial in range(300):
+    walk = []
+    for _ in range(rnd_blocks.randint(1, 4)):
+        n = rnd_blocks.randint(1, 5)
+        pick = rnd_blocks.choice([((0, n), (0, n)), ((0, n), (n, 0)), ((0, n), (min(1, n - 1), n - min(1, n - 1))),
+                                  ((n - 1, 1), (0, n)), ((0, max(n - 1, 1)), (0, n))])
+        walk.append((n, pick))
+    for NS in (2, 3):
+        run_v4(walk, NS, trial); n_cases += 1
+for fault in ("early_q", "ring_reset"):
+    caught = 0
+    for seed in range(40):
+        try: run_v4([(4, ((0, 4), (0, 4))), (3, ((0, 3), (0, 3))), (4, ((1, 3), (0, 4)))], 3, seed, fault)
+        except AssertionError: caught += 1
+    assert caught > 0, f"the model should catch the {fault} fault"
+print(f"variant 4 protocol (persistent: one ring across blocks, Q per consumer by q_full / q_empty): ok "
+      f"({n_cases} interleavings of 1-4 blocks of 1-5 key blocks, 2 and 3 stages; Q released before the last S, "
+      f"or the ring restarted per block, fail)")
