@@ -369,16 +369,17 @@ def producer_tma(n_blocks, NS, full, empty, stage_block, landed, readers, inflig
         assert readers[s] == 0, "overwrite while read"
         stage_block[s] = it; landed[s] = 0
         full[s].arrive(1, tx=LOADS); yield
-        for _ in range(LOADS): inflight.append(s); yield
+        for _ in range(LOADS): inflight.append((full, landed, s)); yield
     done.append(True)
-def tma_engine(rnd, full, landed, inflight, done):
-    """The copy engine: completes the loads in flight in any order; a stage's block has landed once all
-    its loads did (before the last complete_tx, which may complete the phase)."""
+def tma_engine(rnd, inflight, done):
+    """The copy engine: completes the loads in flight, (barriers, landed counts, index) each, in any
+    order; a tile has landed once all its loads did (before the last complete_tx, which may complete
+    the phase)."""
     while not (done and not inflight):
         if inflight:
-            s = inflight.pop(rnd.randrange(len(inflight)))
-            landed[s] += 1
-            full[s].complete_tx(1)
+            bars, landed, i = inflight.pop(rnd.randrange(len(inflight)))
+            landed[i] += 1
+            bars[i].complete_tx(1)
         yield
 def interleave(rnd, agents):
     """Steps the agents (generators) in a random order until all end; 'deadlock' if they never do."""
@@ -448,7 +449,7 @@ def run_v2(n_blocks, NS, ranges, seed, tma=False):
     if tma:
         inflight, done = [], []
         producers = [producer_tma(n_blocks, NS, full, empty, stage_block, landed, readers, inflight, done),
-                     tma_engine(rnd, full, landed, inflight, done)]
+                     tma_engine(rnd, inflight, done)]
     else:
         producers = [producer(n_blocks, NS, full, empty, stage_block, landed, readers)]
     interleave(rnd, producers + [consumer(w // 4, w % 4) for w in range(8)])
@@ -512,25 +513,16 @@ def run_v4(blocks, NS, seed, fault=None):
                 assert q_readers[c] == 0, f"Q of consumer {c} overwritten while an S reads it"
                 q_block[c] = j; q_landed[c] = 0
                 q_full[c].arrive(1, tx=QLOADS); yield
-                for _ in range(QLOADS): inflight.append(("q", c)); yield
+                for _ in range(QLOADS): inflight.append((q_full, q_landed, c)); yield
             for it in range(n):
                 s, rnd_ = g % NS, g // NS
                 while not empty[s].done((rnd_ & 1) ^ 1): yield
                 assert readers[s] == 0, "overwrite while read"
                 stage_block[s] = g; landed[s] = 0
                 full[s].arrive(1, tx=LOADS); yield
-                for _ in range(LOADS): inflight.append(("kv", s)); yield
+                for _ in range(LOADS): inflight.append((full, landed, s)); yield
                 g += 1
         done.append(True)
-    def engine():
-        while not (done and not inflight):
-            if inflight:
-                kind, x = inflight.pop(rnd.randrange(len(inflight)))
-                if kind == "q":
-                    q_landed[x] += 1; q_full[x].complete_tx(1)
-                else:
-                    landed[x] += 1; full[x].complete_tx(1)
-            yield
     def consumer(c, w):
         for j, (n, ranges) in enumerate(blocks):
             g0 = 0 if fault == "ring_reset" else starts[j]
@@ -566,7 +558,7 @@ def run_v4(blocks, NS, seed, fault=None):
                     q_empty[c].arrive(1); released = True; yield
                 yield from turn(t, a <= t < a + n_vis, a < t <= a + n_vis)
             assert released
-    interleave(rnd, [producer(), engine()] + [consumer(w // 4, w % 4) for w in range(8)])
+    interleave(rnd, [producer(), tma_engine(rnd, inflight, done)] + [consumer(w // 4, w % 4) for w in range(8)])
     assert all(b.arrived == 0 for b in sched), "scheduling barrier left with arrivals"
 
 n_cases = 0
