@@ -360,17 +360,18 @@ def producer(n_blocks, NS, full, empty, stage_block, landed, readers):
             full[(it - 1) % NS].arrive(128); yield
     full[(n_blocks - 1) % NS].arrive(128)
 LOADS = 4  # variant 3, d 128: K and V, two 64-column halves each; one unit of bytes per load
-def producer_tma(n_blocks, NS, full, empty, stage_block, landed, readers, inflight, done):
-    """Variant 3's producer thread: once stage it % NS is free, arrive.expect_tx on its `full`
-    (count 1) and issue the block's TMA loads; nothing waits for them."""
-    for it in range(n_blocks):
+def producer_tma(n_blocks, NS, full, empty, stage_block, landed, readers, inflight, done, g0=0, last=True):
+    """Variant 3's producer thread: once stage (g0 + it) % NS is free, arrive.expect_tx on its `full`
+    (count 1) and issue the block's TMA loads; nothing waits for them. g0: the ring position of the
+    first block (variant 4's ring runs on across blocks); last: the producer ends after these."""
+    for it in range(g0, g0 + n_blocks):
         s, rnd_ = it % NS, it // NS
         while not empty[s].done((rnd_ & 1) ^ 1): yield
         assert readers[s] == 0, "overwrite while read"
         stage_block[s] = it; landed[s] = 0
         full[s].arrive(1, tx=LOADS); yield
         for _ in range(LOADS): inflight.append((full, landed, s)); yield
-    done.append(True)
+    if last: done.append(True)
 def tma_engine(rnd, inflight, done):
     """The copy engine: completes the loads in flight, (barriers, landed counts, index) each, in any
     order; a tile has landed once all its loads did (before the last complete_tx, which may complete
@@ -514,15 +515,9 @@ def run_v4(blocks, NS, seed, fault=None):
                 q_block[c] = j; q_landed[c] = 0
                 q_full[c].arrive(1, tx=QLOADS); yield
                 for _ in range(QLOADS): inflight.append((q_full, q_landed, c)); yield
-            for it in range(n):
-                s, rnd_ = g % NS, g // NS
-                while not empty[s].done((rnd_ & 1) ^ 1): yield
-                assert readers[s] == 0, "overwrite while read"
-                stage_block[s] = g; landed[s] = 0
-                full[s].arrive(1, tx=LOADS); yield
-                for _ in range(LOADS): inflight.append((full, landed, s)); yield
-                g += 1
-        done.append(True)
+            yield from producer_tma(n, NS, full, empty, stage_block, landed, readers, inflight, done, g0=g,
+                                    last=j == len(blocks) - 1)
+            g += n
     def consumer(c, w):
         for j, (n, ranges) in enumerate(blocks):
             g0 = 0 if fault == "ring_reset" else starts[j]
