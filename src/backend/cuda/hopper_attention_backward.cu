@@ -106,6 +106,10 @@ struct Tile {
   static constexpr int dq_off = ds_off + ds_bufs * ds_bytes;
   static constexpr int dq_bufs = V == 2 ? 2 : V == 3 ? 1 : 0;
   static constexpr int dq_bytes = dq_bufs * kHalves * dq_cons_bytes;
+  // Consumer c's dQ tile in buffer `buf` (shared address from the aligned base).
+  static __device__ __forceinline__ uint32_t dq_tile(uint32_t base, int buf, int c) {
+    return base + dq_off + (buf * kHalves + c) * dq_cons_bytes;
+  }
   static constexpr int row_off = dq_off + dq_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
@@ -251,7 +255,7 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 #pragma unroll
       for (int c = 0; c < T::kHalves; ++c) {
         named_barrier_sync(dq_stored_bar(c), kDqBarThreads);
-        const uint32_t sdq = base + T::dq_off + ((n & 1) * T::kHalves + c) * T::dq_cons_bytes;
+        const uint32_t sdq = T::dq_tile(base, n & 1, c);
         if (one) {
           tma_reduce_add_3d(tdq, 64 * c, pr.h, pr.qb * kBR, sdq);
           tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, pr.qb * kBR, sdq + T::dq_box_bytes);
@@ -585,7 +589,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   // (column 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), fenced to the
   // async proxy for the TMA reduction that reads it.
   // Consumer c's dQ tile in buffer `buf` (variant 2 and its descendants: 2 buffers; 3: 1).
-  auto dq_tile = [&](int buf) { return base + T::dq_off + (buf * T::kHalves + c) * T::dq_cons_bytes; };
+  auto dq_tile = [&](int buf) { return T::dq_tile(base, buf, c); };
   auto store_dq_tile = [&](const float (&dq)[32], uint32_t sdq) {
 #pragma unroll
     for (int nn = 0; nn < 8; ++nn)

@@ -690,15 +690,19 @@ __device__ __forceinline__ int persistent_block(int i, int n_blocks_all) {
   return i * G < n_blocks_all && k < n_blocks_all ? k : -1;
 }
 
-// The query block (heaviest first, heads inside) and head of walk entry k, and the key blocks that its
-// rows can see given their smallest document start `lo` (kIntMax: no row below S).
+// The first row of walk entry k's query block (heaviest first, heads inside).
+__device__ __forceinline__ int persistent_q0(const Params& p, int k) {
+  return ((p.S + kBR - 1) / kBR - 1 - k / p.H) * kBR;
+}
+
+// Walk entry k's query block and head, and the key blocks that its rows can see given their smallest
+// document start `lo` (kIntMax: no row below S).
 template <int BC>
 __device__ __forceinline__ Block persistent_block_at(const Params& p, int k, int lo) {
-  const int nqb = (p.S + kBR - 1) / kBR;
   Block b;
   b.h = k % p.H;
   b.hk = b.h / p.group;
-  b.q0 = (nqb - 1 - k / p.H) * kBR;
+  b.q0 = persistent_q0(p, k);
   const int q_last = min(b.q0 + kBR - 1, p.S - 1);
   b.kb_lo = max(lo, 0) / BC;
   b.n_blocks = q_last / BC - b.kb_lo + 1;
@@ -742,7 +746,7 @@ __device__ __forceinline__ void forward_persistent_cta(const Params& p, const CU
     for (int i = 0;; ++i) {
       const int k = persistent_block(i, n_all);
       if (k < 0) break;
-      const int nqb = (S + kBR - 1) / kBR, q0 = (nqb - 1 - k / p.H) * kBR;
+      const int q0 = persistent_q0(p, k);
       int lo = kIntMax;
 #pragma unroll
       for (int x = 0; x < kBR / 32; ++x) {
@@ -773,7 +777,7 @@ __device__ __forceinline__ void forward_persistent_cta(const Params& p, const CU
   for (int i = 0;; ++i) {
     const int k = persistent_block(i, n_all);
     if (k < 0) break;
-    const int nqb = (S + kBR - 1) / kBR, q0 = (nqb - 1 - k / p.H) * kBR;
+    const int q0 = persistent_q0(p, k);
     // The 128 rows' document starts, one a thread, and their per-warp minimum and maximum.
     {
       const int row = q0 + wtid;
