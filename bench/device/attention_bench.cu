@@ -5,14 +5,17 @@
 // forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3, hopper4: variants 1-4),
 // one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2, or
 // --hopper-bwd V), the pair to hold against cuDNN's forward + backward.
-//   attention_bench [--doc-len N] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1..7]
+//   attention_bench [--doc-len N] [--window W] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1..7]
 //                   [--impl cudnn|own|hopper|hopper2|hopper3|hopper4|ours|both|all] [S ...]
 //   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
 // square, halved by the causal mask), backward 5 S^2 H d (2.5x forward), forward+backward 7 S^2 H d.
 // With --doc-len N the sequence is packed with documents of N tokens and the same formulas use
-// sum(len^2) for S^2. Forward, backward (alone, on the forward's outputs) and forward+backward are
+// sum(len^2) for S^2. With --window W (Mistral's sliding window, folded into doc_start as the engine's
+// make_documents does) S^2 becomes sum over rows of (2 * visible keys - 1), which is len^2 without a
+// window; cuDNN is left out there (the engine does not give it windowed rows), so the comparison is
+// our FA2 kernels (own) against the Hopper ones. Forward, backward (alone, on the forward's outputs) and forward+backward are
 // timed separately. hopper, hopper2, hopper3: forward only (its backward is attention_backward's, timed under own),
 // and its out / lse compared with own's forward on the same inputs (max |difference|), a check at
 // sizes the unit tests do not reach. Prints a table and one JSON line per size.
@@ -43,6 +46,7 @@ using bench_util::max_diff;
 
 struct Settings {
   int64_t doc_len = 0, d = 128;
+  int64_t window = 0;  // > 0: a sliding window of that many keys (query i sees keys j > i - window)
   bool ragged = false;
   int reps = 0;           // timed runs (0: 7, or 3 from 128K tokens)
   bool autotune = false;  // cuDNN: time every plan of the heuristics on the first call, keep the fastest
@@ -65,11 +69,11 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   bench_util::fill_uniform<<<1024, 256>>>(dout.p, int64_t(nq), 4);
   CUDA_CHECK_LAUNCH("fill_uniform");
   std::vector<int32_t> doc_h(S);
-  double pairs = 0;  // sum over documents of len^2 (S^2 for one document)
+  double pairs = 0;  // sum over rows of 2 * visible keys - 1: sum(len^2) without a window (S^2 for one document)
   for (int64_t i = 0; i < S; ++i) doc_h[i] = doc_len > 0 ? int32_t(i / doc_len * doc_len) : 0;
-  for (int64_t s0 = 0; s0 < S; s0 += (doc_len > 0 ? doc_len : S)) {
-    const double len = double(std::min<int64_t>(S - s0, doc_len > 0 ? doc_len : S));
-    pairs += len * len;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t bound = std::max<int64_t>(doc_h[i], set.window > 0 ? i - set.window + 1 : 0);
+    pairs += 2.0 * double(i - bound + 1) - 1.0;
   }
   CUDA_CHECK(cudaMemcpy(doc.p, doc_h.data(), size_t(S) * sizeof(int32_t), cudaMemcpyHostToDevice));
   std::vector<int32_t> bounds_h;
@@ -81,6 +85,10 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   for (int64_t j = 0; j < documents; ++j) longest = std::max<int64_t>(longest, bounds_h[j + 1] - bounds_h[j]);
   Buf<int32_t> bounds{bounds_h.size()};
   CUDA_CHECK(cudaMemcpy(bounds.p, bounds_h.data(), bounds_h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  if (set.window > 0) {  // fold the window into the per-token bound, as make_documents does
+    for (int64_t i = 0; i < S; ++i) doc_h[i] = int32_t(std::max<int64_t>(doc_h[i], i - set.window + 1));
+    CUDA_CHECK(cudaMemcpy(doc.p, doc_h.data(), size_t(S) * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
@@ -99,6 +107,11 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   ulysses::cuda::AttentionProblem p;
   p.S = S, p.H = H, p.Hkv = Hkv, p.d = d, p.documents = documents, p.longest = longest, p.scale = scale;
   size_t cudnn_ws = 0;
+  if (cudnn && set.window > 0) {
+    std::printf("%9lld cudnn: not run: a sliding window (the engine runs windowed rows on its own kernels)\n",
+                (long long)S);
+    return;
+  }
   if (cudnn) {
     ulysses::cuda::CudnnAttention::Options options;
     options.dense_batch = !set.ragged;
@@ -171,10 +184,10 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
     return std::string(b);
   };
   std::printf("{\"bench\":\"attention\",\"impl\":\"%s\",\"S\":%lld,\"H\":%lld,\"Hkv\":%lld,\"d\":%lld,"
-              "\"doc_len\":%lld,\"fwd_ms\":%s,\"fwd_tflops\":%s,\"bwd_ms\":%s,\"bwd_tflops\":%s,"
+              "\"doc_len\":%lld,\"window\":%lld,\"fwd_ms\":%s,\"fwd_tflops\":%s,\"bwd_ms\":%s,\"bwd_tflops\":%s,"
               "\"fwd_bwd_ms\":%s,\"fwd_bwd_tflops\":%s,\"reps\":%d,\"form\":\"%s\"}\n",
               impl.c_str(), (long long)S, (long long)H, (long long)Hkv, (long long)d,
-              (long long)(doc_len > 0 ? doc_len : S), js(f_ms, "%.4f").c_str(), js(f_tf, "%.2f").c_str(),
+              (long long)(doc_len > 0 ? doc_len : S), (long long)set.window, js(f_ms, "%.4f").c_str(), js(f_tf, "%.2f").c_str(),
               js(b_ms, "%.4f").c_str(), js(b_tf, "%.2f").c_str(), js(fb_ms, "%.4f").c_str(),
               js(fb_tf, "%.2f").c_str(), reps, form.c_str());
   std::fflush(stdout);
@@ -190,6 +203,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
       if (std::strcmp(argv[i], "--doc-len") == 0 && i + 1 < argc) set.doc_len = std::atoll(argv[++i]);
+      else if (std::strcmp(argv[i], "--window") == 0 && i + 1 < argc) set.window = std::atoll(argv[++i]);
       else if (std::strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc) set.d = std::atoll(argv[++i]);
       else if (std::strcmp(argv[i], "--ragged") == 0) set.ragged = true;
       else if (std::strcmp(argv[i], "--autotune") == 0) set.autotune = true;
@@ -207,9 +221,10 @@ int main(int argc, char** argv) {
     if (sizes.empty()) sizes = {8192, 32768, 131072};
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=%lld, bf16; TFLOPS = 2*sum(len^2)*H*d (fwd), "
-                "5*sum(len^2)*H*d (bwd), 7*sum(len^2)*H*d (fwd+bwd)\n",
-                prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str(), (long long)set.d);
+    std::printf("attention_bench on %s, cuDNN %s: causal, H=32, Hkv=8, d=%lld, window %lld, bf16; TFLOPS = "
+                "2*sum(len^2)*H*d (fwd), 5*sum(len^2)*H*d (bwd), 7*sum(len^2)*H*d (fwd+bwd)\n",
+                prop.name, ulysses::cuda::CudnnAttention::runtime_version().c_str(), (long long)set.d,
+                (long long)set.window);
     std::printf("%-7s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
                 "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)

@@ -5,7 +5,7 @@
 # cuDNN in the same call: the backward alone at d 128 (4K, 32K, 128K) and d 64 (4K, 32K); at 32K and
 # 128K the backward's CTA orders (ULYSSES_HOPPER_CTA_ORDER heads-outer / heads-inside against the
 # default); forward + backward (attention_bench --impl ours, the issue's measure) at 4K, 32K, packed
-# 8 x 4K and 128K; memchecks of small cases.
+# 8 x 4K and 128K; with a sliding window of 4,096 against our FA2 kernels; memchecks of small cases.
 #   bash bench/device/hopper_probe.sh BUILD    (through runner.py: case hopper_probe)
 #   PROBE_RATE=1: also wgmma_rate_bench. PROBE_PROFILE=1: then Nsight Compute's speed of light of
 #   backward variants 2 and 6 at 32K (skipped without ncu). PROBE_LONG=0: without the 128K timings.
@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 FV='Hopper/HopperAttentionVariant'
 BV='Hopper/HopperAttentionBackwardVariant'
 ok() { grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|tests ran" | tail -25; }
-echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:HopperAttention.*" 2>&1 | ok
+echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:$FV.*SlidingWindow/v1:$FV.*SlidingWindow/v2:HopperAttention.*" 2>&1 | ok
 # Forward variant 4 (persistent): its small case first under a short timeout, then its sweeps.
 F4=0
 if timeout 30 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.D128Small/v4" > /tmp/probe_f4.log 2>&1; then
@@ -44,7 +44,7 @@ case " $VARS " in *" 7 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInDqWr
 echo "== bwd tests"; timeout 240 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no --gtest_filter="$F" 2>&1 | ok
 has() { case " $VARS " in *" $1 "*) return 0 ;; esac; return 1; }
 bwd() { timeout 90 $B/hopper_bwd_bench --reps 5 --impl "$@" 2>&1 | grep -E 'backward|error'; }
-fb() { timeout 120 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(cudnn|ours) |error"; }
+fb() { timeout 120 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(cudnn|own|ours) |error"; }
 H128="cudnn"; H64="cudnn"
 for v in 2 5 6 7; do has $v && H128="$H128 hopper$v"; done
 for v in 4 5 6 7; do has $v && H64="$H64 hopper$v"; done
@@ -69,12 +69,20 @@ echo "== forward + backward (ours: forward variant 3, backward variants $FB)"
 for a in "4096" "32768" "--doc-len 4096 32768" $([ "${PROBE_LONG:-1}" = 1 ] && echo 131072); do
   fb cudnn $a; for v in $FB; do fb ours --hopper-bwd $v $a; done
 done
+# Sliding windows (Mistral's 4,096): cuDNN does not take windowed rows, so the engine's alternative is
+# our FA2 kernels (own).
+echo "== sliding window 4096: own (FA2) against ours (forward variant 3, backward variants $FB)"
+for S in 32768 $([ "${PROBE_LONG:-1}" = 1 ] && echo 131072); do
+  fb own --window 4096 $S; for v in $FB; do fb ours --hopper-bwd $v --window 4096 $S; done
+done
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 echo "== memcheck"
 M=""
 for v in $VARS; do M="$M:$BV.D128Small/v$v:$BV.D64Small/v$v"; done
 timeout 120 $CS --tool memcheck --error-exitcode 9 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
   --gtest_filter="${M#:}" 2>&1 | tail -4
+[ "$F4" = 1 ] && timeout 60 $CS --tool memcheck --error-exitcode 9 $B/tests/cuda_hopper_attention_test --gtest_color=no \
+  --gtest_filter="$FV.D128Small/v4" 2>&1 | tail -3
 if [ "${PROBE_PROFILE:-0}" = 1 ]; then
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ -x "$NCU" ]; then
