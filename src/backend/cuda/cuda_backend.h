@@ -135,8 +135,9 @@ class CudaBackend : public Backend {
   // Whether cuDNN runs this bf16 attention call (logs the choice once per reason).
   bool use_cudnn(const AttentionShape& shape, bool backward);
   // The Hopper forward (hopper_attention.h) runs this bf16 problem: ULYSSES_ATTENTION=hopper, or =auto
-  // where backend/attention_choice.h's measured table has it ahead of cuDNN; and it takes the problem.
-  bool use_hopper_forward(const AttentionShape& shape);
+  // where backend/attention_choice.h's measured table has it ahead of the alternative (cuDNN; with a
+  // sliding window our FA2 kernels); and it takes the problem. *variant gets the variant to run.
+  bool use_hopper_forward(const AttentionShape& shape, int* variant = nullptr);
   // The same for the Hopper backward (=hopper with ULYSSES_HOPPER_BWD=1..7, or the table under
   // =auto); *variant gets the variant to run. It then uses our kernels' workspace
   // (attention_backward_workspace_bytes).

