@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Hopper (sm_90a, wgmma) attention backward on the GPU, all variants (1: cp.async producer,
-# red.global dQ; 2: TMA loads, TMA-reduced dQ; 3: 2 with the consumers coupled one pair late): their tests, a memcheck of one small case each, then
+# The Hopper (sm_90a, wgmma) attention backward on the GPU, all variants (2: TMA loads, TMA-reduced dQ;
+# 3: 2 with the consumers coupled one pair late; 4-7 built on 2): their tests, a memcheck of one small case each, then
 # the backward alone for cuDNN, our FA2 kernel and the Hopper variants at d = 128, 32 / 8 heads.
 # Partial results are printed as they come; every step has its own timeout, the whole under about
 # 5 minutes.
@@ -29,7 +29,7 @@ r=$?; echo "hopper_bwd: tests rc=$r"; [ $r -eq 0 ] || rc=1
 echo "== hopper_bwd: compute-sanitizer memcheck, one small case per variant"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$CS" ]; then
-  for v in v1 v2 v3 v3det; do
+  for v in v2 v3 v3det v4 v5 v6 v7; do
     timeout 60 "$CS" --tool memcheck --error-exitcode 9 "$T" --gtest_color=no --gtest_filter="$V.D128Small/$v"
     r=$?; echo "hopper_bwd: memcheck $v rc=$r"; [ $r -eq 0 ] || rc=1
   done

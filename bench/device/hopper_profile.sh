@@ -19,5 +19,5 @@ prof() {  # label, kernel-name regex, command...
   echo "hopper_profile: $label rc=${PIPESTATUS[0]}"
 }
 prof "backward variant 2 (TMA), 32K" hopper_attention_backward_tma "$B/hopper_bwd_bench" --impl hopper2 --reps 1 32768
-prof "backward variant 1, 32K" "hopper_attention_backward_kernel" "$B/hopper_bwd_bench" --impl hopper --reps 1 32768
+prof "backward variant 6, 32K" hopper_attention_backward_tma "$B/hopper_bwd_bench" --impl hopper6 --reps 1 32768
 prof "forward variant 3 (TMA), 32K" hopper_attention_forward_tma "$B/attention_bench" --impl hopper3 --reps 1 32768

@@ -2,14 +2,13 @@
 // backward (attention_fp32.h, on the same bf16-rounded inputs and the twin's own forward) and beside
 // our FA2 backward (attention_backward, on the FA2 forward's out and lse, as the Hopper backward),
 // over sweeps of sequence lengths (1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
-// 32/8, 8/8), single and packed documents, d 128 and 64, for each variant (1: cp.async producer and
-// red.global dQ; 2: TMA loads and TMA-reduced dQ; 3: 2 with consumers coupled one pair late; 4: 2 with K
-// and V in registers at d 64; 5: 4 with dV issued early; 6: 5 with the dQ output pipelined; 7: 5 with the
-// dQ reductions issued by a producer warp). Outputs and
-// the workspace are poisoned before
-// every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty workspace.
+// 32/8, 8/8), single and packed documents, sliding windows, d 128 and 64, for each variant (2: TMA
+// loads and TMA-reduced dQ; 3: 2 with consumers coupled one pair late; 4: 2 with K and V in registers
+// at d 64; 5: 4 with dV issued early; 6: 5 with the dQ output pipelined; 7: 5 with the dQ reductions
+// issued by a producer warp). Outputs and the workspace are poisoned before every run (an unwritten
+// element fails as NaN); the Hopper backward runs twice on a dirty workspace.
 // Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
-// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=1, 2, 3, 6 or 7) through the Backend
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=2, 3, 5, 6 or 7) through the Backend
 // interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -204,18 +203,18 @@ TEST_P(HopperAttentionBackwardVariant, D128PackedDocumentsSweep) { sweep(128, tr
 TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false, GetParam(), stream); }
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
-                         ::testing::Values(Variant{1}, Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6},
+                         ::testing::Values(Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6},
                                            Variant{7}),
                          [](const ::testing::TestParamInfo<Variant>& i) {
                            return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
                          });
 
-// The engine's opt-in: with ULYSSES_ATTENTION=hopper and ULYSSES_HOPPER_BWD=1 the backend's forward
+// The engine's opt-in: with ULYSSES_ATTENTION=hopper and ULYSSES_HOPPER_BWD=5 the backend's forward
 // and backward run the Hopper kernels; both against the CPU backend, two packed documents. The second:
 // the TMA forward (variant 3) and the TMA backward (variant 2) together.
 TEST_F(HopperAttentionBackward, BackendOptIn) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
-      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_BWD", "1"}}, 80, /*check_forward=*/false);
+      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_BWD", "5"}}, 80, /*check_forward=*/false);
 }
 TEST_F(HopperAttentionBackward, BackendOptInTma) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
@@ -304,6 +303,14 @@ TEST_F(HopperAttentionBackward, RefusesUnsupported) {
                                                         nullptr, nullptr, nullptr, 128, 4, 4, 128, 0.1, nullptr, 0,
                                                         stream),
                ulysses::Error);  // no workspace, null pointers
+  // The removed first variant: refused by name.
+  try {
+    ulysses::cuda::hopper_attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                             nullptr, nullptr, 128, 4, 4, 128, 0.1, nullptr, 0, stream, 1);
+    ADD_FAILURE() << "variant 1 must be refused";
+  } catch (const ulysses::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("removed"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -89,8 +89,10 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
     if (attention_kernels_ == AttentionKernels::Hopper) hopper_forward_ = hopper_attention_variant();
     if (const char* b = std::getenv("ULYSSES_HOPPER_BWD")) {
       const std::string v = b;
-      ULY_CHECK(v.empty() || (v.size() == 1 && v[0] >= '0' && v[0] <= '7'),
-                "ULYSSES_HOPPER_BWD=" << v << " is not 0 to 7 (1 to 7: with ULYSSES_ATTENTION=hopper, the "
+      ULY_CHECK(v != "1", "ULYSSES_HOPPER_BWD=1: that variant of the Hopper backward was removed (2026-12-07; "
+                          "variant 2 supersedes it); ask for 2 to 7 (6 the fastest at d 128, 7 at d 64)");
+      ULY_CHECK(v.empty() || (v.size() == 1 && (v[0] == '0' || (v[0] >= '2' && v[0] <= '7'))),
+                "ULYSSES_HOPPER_BWD=" << v << " is not 0 or 2 to 7 (2 to 7: with ULYSSES_ATTENTION=hopper, the "
                                       << "backward on that variant of our sm_90a wgmma kernel too)");
       hopper_backward_ = v.empty() ? 0 : v[0] - '0';
     }

@@ -1,41 +1,42 @@
 // Hopper (sm_90a) causal attention backward, warp-specialised with wgmma, after the design of
 // FlashAttention-3's backward (Shah et al., arXiv 2407.08608); our own code. Same semantics,
 // arguments, workspace and outputs as attention_backward (attention.h). See docs/attention.md.
-// Three variants of one kernel body (backward_cta<D, NS, V, DET>): 1 as described below; 2 with a
-// TMA producer (produce_tma: Q, dO by one thread, the rows' data by one warp) and dQ stored to shared
-// memory and added to dq_acc by TMA reductions (dq_out), plus a mask-free path for wholly visible
-// pairs; 3: 2 with its consumers coupled one pair late (three dS^T buffers, per-buffer named
-// barriers) and an option (DET) for a deterministic order of the dQ reductions; 4 (KREG_STEPS): 2 with K and V
-// as register A operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon
-// as P^T is known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's
-// scores; 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead
-// of a consumer thread. 1-7 correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 7 at
-// d 64 (docs/attention.md).
+// Variants of one kernel body (backward_cta<D, NS, V, DET, ...>): 2 as described below; 3: 2 with
+// its consumers coupled one pair late (three dS^T buffers, per-buffer named barriers) and an option
+// (DET) for a deterministic order of the dQ reductions; 4 (KREG_STEPS): 2 with K and V as register A
+// operands of the score products at d 64; 5 (EDV): 4 with the dV product issued as soon as P^T is
+// known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's scores;
+// 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead of a
+// consumer thread. All correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 7 at d 64
+// (docs/attention.md). Variant 1 (a cp.async producer, dQ added from registers by red.global.add),
+// slower than 2 in every case measured, was removed on 2026-12-07.
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
 // workspace holds ceil(S / 32) entries for d = 128, so 64-row blocks fit), dq = bf16(scale * dq_acc).
 //
-// Main kernel (variant 1): one CTA per (key block of BC = 128 keys, kv head), 3 warpgroups of 128 threads:
-//   warpgroup 0, producer: for every (query head of the group, query block of BR = 64 rows) pair that
-//     can see the key block (from the block holding its first key up to the last one whose suffix-min
-//     doc_start reaches its last key, skipping blocks whose qbmin is past it), waits for a ring
-//     stage's `empty` mbarrier, copies Q, dO (128-byte-swizzled tiles) and lse, dsum, doc_start of the
-//     64 rows into it with cp.async, and once they landed fences them to the async proxy and arrives
-//     on the stage's `full` mbarrier (128 arrivals).
+// Variant 2: one CTA per (key block of BC = 128 keys, kv head), 3 warpgroups of 128 threads:
+//   warpgroup 0, producer (produce_tma): for every (query head of the group, query block of BR = 64
+//     rows) pair that can see the key block (from the block holding its first key up to the last one
+//     whose suffix-min doc_start reaches its last key, skipping blocks whose qbmin is past it), waits
+//     for a ring stage's `empty` mbarrier; one thread loads Q and dO (128-byte-swizzled tiles) into it
+//     by TMA, the stage's `full` mbarrier completing on their bytes, and one warp the 64 rows' lse,
+//     dsum and doc_start (32 arrivals).
 //   warpgroups 1 and 2, consumers: warpgroup c owns keys 64c..64c+63 of the block, their K and V tiles
 //     loaded once by the whole CTA, and keeps their dK, dV rows (64 x d fp32) in registers. Per pair:
 //       S^T  = K_c Q^T           wgmma m64n64k16, A = K (smem, K-major), B = Q (smem, K-major)
 //       dP^T = V_c dO^T          same with V, dO (its own commit group: it runs during P^T)
-//       P^T  = exp2(S^T scale log2e - lse log2e), masked (causal, documents, rows / keys past S)
+//       P^T  = exp2(S^T scale log2e - lse log2e), masked (causal, documents, rows / keys past S) unless
+//              every row of the pair sees every key of the consumer
 //       dS^T = P^T (dP^T - dsum)
 //       dV  += P^T dO            A = P^T from registers (bf16), B = dO (smem, MN-major: transposed)
 //       dK  += dS^T Q            A = dS^T from registers, B = Q (smem, MN-major)
 //     dS^T (bf16) goes to a shared [128 keys x 64 rows] tile (double-buffered), both consumers meet
 //     at a named barrier, and consumer c computes columns 64c..64c+63 of dQ = dS K over all 128 keys
-//     (wgmma with A = dS read transposed from the tile, B = K MN-major) and adds them to dq_acc with
-//     red.global.add.v2.f32 (d = 64: consumer 0 alone). Each warp then arrives on the stage's `empty`
-//     mbarrier (8 arrivals). At the end dK (times scale) and dV are written in bf16.
+//     (wgmma with A = dS read transposed from the tile, B = K MN-major), stores them to shared memory
+//     (two buffers) and one thread adds them to dq_acc with TMA reductions (dq_out; d = 64: consumer
+//     0 alone). Each warp then arrives on the stage's `empty` mbarrier (8 arrivals). At the end dK
+//     (times scale) and dV are written in bf16.
 // Shared-memory tiles use the 128-byte swizzle of the forward (hopper_attention_forward.cu): a tile
 // of R rows x 64c columns is c halves of R x 128 bytes, row r's 16-byte chunk x at
 // r * 128 + ((x ^ (r % 8)) * 16), every half 1024-byte aligned. K-major operands (K, V, Q, dO as A or
@@ -99,12 +100,12 @@ struct Tile {
   static constexpr int ds_bytes = kBC * kBR * 2;
   // Variant 3 reads a pair's dS^T one pair late, while the next pair's is written: 3 buffers.
   static constexpr int ds_bufs = V == 3 ? 3 : 2;
-  // Variants 2, 3: dQ of a pair in fp32 for the TMA reduction, per buffer (2; variant 3: 1) and
+  // dQ of a pair in fp32 for the TMA reduction, per buffer (2; variant 3: 1) and
   // dQ-writing consumer (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
   static constexpr int dq_box_bytes = kBR * 128;
   static constexpr int dq_cons_bytes = 2 * dq_box_bytes;
   static constexpr int dq_off = ds_off + ds_bufs * ds_bytes;
-  static constexpr int dq_bufs = V == 2 ? 2 : V == 3 ? 1 : 0;
+  static constexpr int dq_bufs = V == 2 ? 2 : 1;
   static constexpr int dq_bytes = dq_bufs * kHalves * dq_cons_bytes;
   // Consumer c's dQ tile in buffer `buf` (shared address from the aligned base).
   static __device__ __forceinline__ uint32_t dq_tile(uint32_t base, int buf, int c) {
@@ -113,7 +114,7 @@ struct Tile {
   static constexpr int row_off = dq_off + dq_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
-  static constexpr int misc_off = bar_off + 2 * NS * 8;  // the pair range; variant 2: per stage its rows' largest doc_start
+  static constexpr int misc_off = bar_off + 2 * NS * 8;  // the pair range; per stage its rows' largest doc_start
   static_assert(NS <= 3, "misc holds 1 + NS ints");
   static constexpr size_t smem_bytes = 1024 + misc_off + 16;  // + alignment slack
   static_assert(D == 64 || D == 128, "head_dim");
@@ -273,16 +274,17 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
   }
 }
 
-// One CTA of the backward. Variant 1: cp.async producer, dQ by red.global.add; variant 2 (tq, tdo,
-// tdq: tensor maps of Q, dO and dq_acc): TMA producer (produce_tma) and dQ through shared memory by
-// TMA reductions; 3: 2 with the consumers coupled one pair late. DET (variant 3 only): the dQ
-// reductions into each (query head, 64-row block, column half) in the order of the key blocks.
+// One CTA of the backward. Variant 2 (tq, tdo, tdq: tensor maps of Q, dO and dq_acc): TMA producer
+// (produce_tma) and dQ through shared memory by TMA reductions; 3: 2 with the consumers coupled one
+// pair late. DET (variant 3 only): the dQ reductions into each (query head, 64-row block, column
+// half) in the order of the key blocks.
 template <int D, int NS, int V, bool DET = false, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false,
           bool DQW = false>
 __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap* tq, const CUtensorMap* tdo,
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, NS, V>;
+  static_assert(V == 2 || V == 3, "variants 2 and 3 (and 4-7, built on 2)");
   static_assert(!EDV || V == 2, "the early dV (variant 5) is built on variant 2's loop");
   static_assert(!PIPE || (V == 2 && !DET), "the pipelined dQ output (variant 6) is built on variant 2's loop");
   static_assert(!DQW || (V == 2 && !DET && !PIPE), "the dQ writer warp (variant 7) is built on variant 2's loop");
@@ -302,7 +304,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   const int hk = p.heads_inside ? blockIdx.x : blockIdx.y, kb = p.heads_inside ? blockIdx.y : blockIdx.x;
   const int k0 = kb * kBC;
   const int k_last = min(k0 + kBC - 1, S - 1);
-  const int64_t q_row = int64_t(p.H) * D, kv_row = int64_t(p.Hkv) * D;
+  const int64_t kv_row = int64_t(p.Hkv) * D;
 
   // K and V of the block (each consumer's 64 keys as its own tile), by the whole CTA.
   for (int c = 0; c < 2; ++c) {
@@ -325,9 +327,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     }
     s_misc[0] = lo;
     for (int s = 0; s < NS; ++s) {
-      // Variant 1: every producer thread, once its copies landed; 2: the TMA thread's expect_tx and
-      // the 32 lanes of the row warp.
-      mbar_init(full_bar + 8 * s, V >= 2 ? 33 : 128);
+      // The TMA thread's expect_tx and the 32 lanes of the row warp.
+      mbar_init(full_bar + 8 * s, 33);
       mbar_init(empty_bar + 8 * s, 8);   // every consumer warp, once done with the stage
     }
     mbar_init_fence();
@@ -344,9 +345,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     if constexpr (DET) return Pair{hk * p.group + it % p.group, qb_begin + nq - 1 - it / p.group};
     else return Pair{hk * p.group + it / nq, qb_begin + it % nq};
   };
-  // Calls f(pair, n) for the pairs that see the keys, n counting them (variant 2's producers and both
-  // variants' consumers; variant 1's producer signals one pair late and walks on its own). qbmin is
-  // loaded one pair ahead: its global-load latency hides behind the pair before.
+  // Calls f(pair, n) for the pairs that see the keys, n counting them (the producers and the
+  // consumers). qbmin is loaded one pair ahead: its global-load latency hides behind the pair before.
   auto walk = [&](auto&& f) {
     int n = 0;
     int qm_next = total > 0 ? p.qbmin[pair(0).qb] : 0;
@@ -362,48 +362,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   if (wg == 0) {
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
-    if constexpr (V >= 2) {
-      produce_tma<D, NS, V, DQW>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, tdq, wtid);
-      return;
-    }
-    int n = 0;  // pairs loaded
-    for (int it = 0; it < total; ++it) {
-      const Pair pr = pair(it);
-      if (p.qbmin[pr.qb] > k_last) continue;  // (only for non-contiguous doc_start)
-      const int s = n % NS, round = n / NS;
-      mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
-      const int q0 = pr.qb * kBR;
-      const int64_t off = int64_t(q0) * q_row + int64_t(pr.h) * D;
-      const uint32_t sq = base + T::stage_off + s * T::stage_bytes, so = sq + T::q_tile_bytes;
-      load_tile<D>(sq, kBR, p.q + off, q_row, S - q0, wtid, 128);
-      load_tile<D>(so, kBR, p.dout + off, q_row, S - q0, wtid, 128);
-      if (wtid < kBR) {
-        const int i = q0 + wtid;
-        const uint32_t srow = base + T::row_off + s * T::row_bytes + 4 * wtid;
-        float* prow = reinterpret_cast<float*>(smem + T::row_off + s * T::row_bytes);
-        if (i < S) {
-          cp_async4(srow, p.lse + int64_t(pr.h) * S + i);
-          cp_async4(srow + 4 * kBR, p.dsum + int64_t(pr.h) * S + i);
-          cp_async4(srow + 8 * kBR, p.doc_start + i);
-        } else {
-          prow[wtid] = 0.f;
-          prow[kBR + wtid] = 0.f;
-          reinterpret_cast<int*>(prow)[2 * kBR + wtid] = kIntMax;  // masks rows past S
-        }
-      }
-      cp_async_commit();
-      if (n > 0) {
-        cp_async_wait<1>();  // this thread's copies of pair n - 1 landed
-        fence_proxy_async();
-        mbar_arrive(full_bar + 8 * ((n - 1) % NS));
-      }
-      ++n;
-    }
-    if (n > 0) {
-      cp_async_wait<0>();
-      fence_proxy_async();
-      mbar_arrive(full_bar + 8 * ((n - 1) % NS));
-    }
+    produce_tma<D, NS, V, DQW>(p, walk, base, smem, full_bar, empty_bar, tq, tdo, tdq, wtid);
     return;
   }
 
@@ -413,7 +372,6 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   const uint32_t sk = base + T::k_off + c * T::kv_wg_bytes, sv = base + T::v_off + c * T::kv_wg_bytes;
   const int jl = 16 * wi + g;        // this thread's key rows within the consumer's 64: jl, jl + 8
   const int key0 = k0 + 64 * c + jl;  // their global indices: key0, key0 + 8
-  constexpr bool kTma = V >= 2;  // TMA producer, dQ through shared memory and TMA reductions
 
   float dk[T::kHalves][32], dv[T::kHalves][32];
 #pragma unroll
@@ -461,11 +419,10 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     const int* c_lo = reinterpret_cast<const int*>(c_lse + 2 * kBR);
     wgmma_wait<1>();  // S^T (the older group) done: P^T is computed while dP^T runs
     fence_regs(st);
-    // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). Variant 2:
-    // no mask where every row of the pair sees every key of this consumer (all keys before the first
-    // row, the rows' largest document start, from the row warp, at or before the first key).
-    bool visible = false;
-    if constexpr (kTma) visible = k0 + 64 * c + 63 < q0 && s_misc[1 + s] <= k0 + 64 * c;
+    // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). No mask
+    // where every row of the pair sees every key of this consumer (all keys before the first row, the
+    // rows' largest document start, from the row warp, at or before the first key).
+    const bool visible = k0 + 64 * c + 63 < q0 && s_misc[1 + s] <= k0 + 64 * c;
     if (visible) {
 #pragma unroll
       for (int nn = 0; nn < 8; ++nn)
@@ -603,53 +560,42 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   auto dq_out = [&](float (&dq)[32], const Pair& pr, int buf) {
     fence_regs(dq);
     const int q0 = pr.qb * kBR;
-    if constexpr (kTma) {
-      // Into this consumer's buffer `buf` as two 128-byte-swizzled boxes of 32 columns (column
-      // 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), then one
-      // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). Variant
-      // 2: the buffer is rewritten two pairs later, after that thread's wait for the reads of this
-      // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it;
-      // variant 3 has one buffer and waits for the reads before rewriting it.
-      const uint32_t sdq = dq_tile(V == 2 ? buf : 0);
-      if constexpr (V == 3) {
-        // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
-        if (wtid == 0) bulk_wait_group_read<0>();
-        named_barrier_sync(2 + c, 128);
-      }
-      store_dq_tile(dq, sdq);
-      named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
-      if (wtid == 0) {
-        int* order = nullptr;
-        if constexpr (DET) {
-          // Key blocks floor(qbmin / kBC) .. kb add to these rows (a contiguous range: walk's
-          // conditions); wait until the ones before this block have, in order.
-          order = p.dq_order + (int64_t(pr.h) * p.nqb + pr.qb) * 2 + c;
-          const int before = kb - p.qbmin[pr.qb] / kBC;
-          while (ld_acquire_gpu(order) < before) {
-          }
-          fence_proxy_async_global();  // the reduction below after the acquire
+    // Into this consumer's buffer `buf` as two 128-byte-swizzled boxes of 32 columns (column
+    // 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), then one
+    // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). Variant
+    // 2: the buffer is rewritten two pairs later, after that thread's wait for the reads of this
+    // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it;
+    // variant 3 has one buffer and waits for the reads before rewriting it.
+    const uint32_t sdq = dq_tile(V == 2 ? buf : 0);
+    if constexpr (V == 3) {
+      // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
+      if (wtid == 0) bulk_wait_group_read<0>();
+      named_barrier_sync(2 + c, 128);
+    }
+    store_dq_tile(dq, sdq);
+    named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
+    if (wtid == 0) {
+      int* order = nullptr;
+      if constexpr (DET) {
+        // Key blocks floor(qbmin / kBC) .. kb add to these rows (a contiguous range: walk's
+        // conditions); wait until the ones before this block have, in order.
+        order = p.dq_order + (int64_t(pr.h) * p.nqb + pr.qb) * 2 + c;
+        const int before = kb - p.qbmin[pr.qb] / kBC;
+        while (ld_acquire_gpu(order) < before) {
         }
-        tma_reduce_add_3d(tdq, 64 * c, pr.h, q0, sdq);
-        tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, q0, sdq + T::dq_box_bytes);
-        bulk_commit_group();
-        if constexpr (V == 2) bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
-        if constexpr (DET) {
-          bulk_wait_group<0>();        // its sums written to global memory
-          fence_proxy_async_global();  // and ordered before the release
-          red_release_gpu_add(order, 1);
-        }
+        fence_proxy_async_global();  // the reduction below after the acquire
       }
-      __syncwarp();  // the warp whole again before its next aligned (wgmma, barrier) instruction
-    } else {
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = q0 + jl + 8 * hf;
-        if (i >= S) continue;
-        float* dst = p.dq_acc + int64_t(i) * q_row + int64_t(pr.h) * D + 64 * c + 2 * t;
-#pragma unroll
-        for (int nn = 0; nn < 8; ++nn) red_add_v2(dst + 8 * nn, dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
+      tma_reduce_add_3d(tdq, 64 * c, pr.h, q0, sdq);
+      tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, q0, sdq + T::dq_box_bytes);
+      bulk_commit_group();
+      if constexpr (V == 2) bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
+      if constexpr (DET) {
+        bulk_wait_group<0>();        // its sums written to global memory
+        fence_proxy_async_global();  // and ordered before the release
+        red_release_gpu_add(order, 1);
       }
     }
+    __syncwarp();  // the warp whole again before its next aligned (wgmma, barrier) instruction
   };
 
   if constexpr (V == 3) {
@@ -790,8 +736,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 
   // The last reductions complete (their shared source lives until the CTA exits; the dq conversion
   // kernel reads dq_acc next).
-  if constexpr (kTma)
-    if (c < T::kHalves && wtid == 0) bulk_wait_group<0>();
+  if (c < T::kHalves && wtid == 0) bulk_wait_group<0>();
 
   // dK (times scale) and dV in bf16: element 4n + e of half hh is key key0 + 8 (e / 2), column
   // 64hh + 8n + 2t + (e & 1).
@@ -815,12 +760,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 #endif
 }
 
-template <int D, int NS>
-__global__ void __launch_bounds__(kThreads, 1) hopper_attention_backward_kernel(const Params p) {
-  backward_cta<D, NS, 1>(p, nullptr, nullptr, nullptr);
-}
-
-// Variant 2: the tensor maps as kernel parameters (TMA reads them from parameter space).
+// The tensor maps as kernel parameters (TMA reads them from parameter space).
 template <int D, int NS, int V, bool DET, int KREG_STEPS = 0, bool EDV = false, bool PIPE = false,
           bool DQW = false>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -834,7 +774,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int D>
 constexpr int kKregSteps = D == 64 ? 4 : 0;
 
-// Both variants: 2 stages (variant 2 at d = 128 fills 226.5 KB of the 227 KB with its dQ buffers).
+// Every variant: 2 stages (variant 2 at d = 128 fills 226.5 KB of the 227 KB with its dQ buffers).
 constexpr int kStages = 2;
 
 template <int D>
@@ -842,32 +782,24 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
   const char* op = "cuda::hopper_attention_backward";
   const unsigned nkb = static_cast<unsigned>((p.Sq + kBC - 1) / kBC), nh = static_cast<unsigned>(p.Hkv);
   const dim3 grid = p.heads_inside ? dim3(nh, nkb) : dim3(nkb, nh);  // see backward_cta
-  if (variant >= 2) {
-    // Variants 2 to 7 share the launch; only the kernel and its shared memory differ (4 is 2 with K
-    // and V in registers at d 64, 5 is 4 with dV issued early, 6 is 5 with the dQ output pipelined,
-    // 7 is 5 with the dQ reductions issued by a producer warp).
-    auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false>;
-    if (variant == 3)
-      kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
-                             : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
-    if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>>;
-    if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true>;
-    if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, true>;
-    if (variant == 7)
-      kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, false, true>;
-    const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
-    const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
-    const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
-    const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<grid, kThreads, smem, stream>>>(p, tq, tdo, tdq);
-  } else {
-    using T = Tile<D, kStages, 1>;
-    constexpr auto kernel = hopper_attention_backward_kernel<D, kStages>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(T::smem_bytes)));
-    kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
-  }
+  // The variants share the launch; only the kernel and its shared memory differ (4 is 2 with K and V
+  // in registers at d 64, 5 is 4 with dV issued early, 6 is 5 with the dQ output pipelined, 7 is 5
+  // with the dQ reductions issued by a producer warp).
+  auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false>;
+  if (variant == 3)
+    kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
+                           : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
+  if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>>;
+  if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true>;
+  if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, true>;
+  if (variant == 7)
+    kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, false, true>;
+  const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
+  const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
+  const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
+  const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p, tq, tdo, tdq);
   CUDA_CHECK_LAUNCH("hopper_attention_backward");
 }
 
@@ -889,7 +821,9 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   std::string why;
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
-  ULY_CHECK(variant >= 1 && variant <= 7, op << ": variant " << variant << " (there are 1 to 7)");
+  ULY_CHECK(variant != 1, op << ": variant 1 was removed (2026-12-07; variant 2, with TMA loads, was faster in "
+                                  "every case measured); ask for 2 to 7");
+  ULY_CHECK(variant >= 2 && variant <= 7, op << ": variant " << variant << " (there are 2 to 7)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;
