@@ -2,11 +2,11 @@
 // H = 32, Hkv = 8, d = 128 (the Llama-8B shape; --head-dim 64 for Llama-3.2-1B), forward and forward+backward,
 // median of several runs after a warm-up, timed with CUDA events; cuDNN's fused
 // attention (the engine's default for bf16), our own kernels (FA2 style) and our Hopper
-// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper, hopper2, hopper3, hopper4: variants 1-4),
+// forward (hopper_attention.h, sm_90a wgmma; forward only; hopper3, hopper4: variants 3 and 4),
 // one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2, or
 // --hopper-bwd V), the pair to hold against cuDNN's forward + backward.
-//   attention_bench [--doc-len N] [--window W] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 1..7]
-//                   [--impl cudnn|own|hopper|hopper2|hopper3|hopper4|ours|both|all] [S ...]
+//   attention_bench [--doc-len N] [--window W] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 2..7]
+//                   [--impl cudnn|own|hopper3|hopper4|ours|both|all] [S ...]
 //   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.
 // FLOPs counted as useful causal work: forward 2 S^2 H d (4 S^2 H d for the two matmuls of the full
@@ -16,7 +16,7 @@
 // make_documents does) S^2 becomes sum over rows of (2 * visible keys - 1), which is len^2 without a
 // window; cuDNN is left out there (the engine does not give it windowed rows), so the comparison is
 // our FA2 kernels (own) against the Hopper ones. Forward, backward (alone, on the forward's outputs) and forward+backward are
-// timed separately. hopper, hopper2, hopper3: forward only (its backward is attention_backward's, timed under own),
+// timed separately. hopper3, hopper4: forward only (its backward is attention_backward's, timed under own),
 // and its out / lse compared with own's forward on the same inputs (max |difference|), a check at
 // sizes the unit tests do not reach. Prints a table and one JSON line per size.
 #include <cuda_bf16.h>
@@ -93,9 +93,9 @@ void bench(int64_t S, const Settings& set, const std::string& impl) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   const bool cudnn = impl == "cudnn",
-             hopper = impl == "hopper" || impl == "hopper2" || impl == "hopper3" || impl == "hopper4";
+             hopper = impl == "hopper3" || impl == "hopper4";
   const bool ours = impl == "ours";  // Hopper forward variant 3 + Hopper backward variant set.hopper_bwd
-  const int hopper_variant = impl == "hopper4" ? 4 : impl == "hopper3" || ours ? 3 : impl == "hopper2" ? 2 : 1;
+  const int hopper_variant = impl == "hopper4" ? 4 : 3;
   if (hopper || ours) {
     std::string why;
     if (!ulysses::cuda::hopper_attention_supported(d, H, Hkv, &why)) {
@@ -212,9 +212,9 @@ int main(int argc, char** argv) {
       else if (std::strcmp(argv[i], "--hopper-bwd") == 0 && i + 1 < argc) set.hopper_bwd = std::atoi(argv[++i]);
       else sizes.push_back(std::atoll(argv[i]));
     }
-    if (impl != "cudnn" && impl != "own" && impl != "hopper" && impl != "hopper2" && impl != "hopper3" &&
+    if (impl != "cudnn" && impl != "own" && impl != "hopper3" &&
         impl != "hopper4" && impl != "ours" && impl != "both" && impl != "all") {
-      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper, hopper2, hopper3, hopper4, ours, both "
+      std::fprintf(stderr, "attention_bench: --impl takes cudnn, own, hopper3, hopper4, ours, both "
                            "(cudnn, own) or all\n");
       return 2;
     }
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
     std::printf("%-7s %9s %9s %10s %10s %10s %10s %12s %10s\n", "impl", "S", "doc_len", "fwd_ms", "fwd_TFLOPS",
                 "bwd_ms", "bwd_TFLOPS", "fwdbwd_ms", "fb_TFLOPS");
     for (int64_t S : sizes)
-      for (const char* i : {"cudnn", "own", "hopper", "hopper2", "hopper3", "hopper4", "ours"})
+      for (const char* i : {"cudnn", "own", "hopper3", "hopper4", "ours"})
         if (impl == i || impl == "all" || (impl == "both" && (std::strcmp(i, "cudnn") == 0 || std::strcmp(i, "own") == 0)))
           bench(S, set, i);
   } catch (const std::exception& e) {

@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 FV='Hopper/HopperAttentionVariant'
 BV='Hopper/HopperAttentionBackwardVariant'
 ok() { grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|tests ran" | tail -25; }
-echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:$FV.*SlidingWindow/v1:$FV.*SlidingWindow/v2:HopperAttention.*" 2>&1 | ok
+echo "== fwd tests"; timeout 120 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.*/v3:HopperAttention.*" 2>&1 | ok
 # Forward variant 4 (persistent): its small case first under a short timeout, then its sweeps.
 F4=0
 if timeout 30 $B/tests/cuda_hopper_attention_test --gtest_color=no --gtest_filter="$FV.D128Small/v4" > /tmp/probe_f4.log 2>&1; then

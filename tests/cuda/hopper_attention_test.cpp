@@ -2,9 +2,9 @@
 // the same bf16-rounded inputs) and beside our FA2 kernel (attention_forward), over sweeps of
 // sequence lengths (tile edges: 1, 7, 64, 127, 128, 129, 300, 1000, 4097), head layouts (1/1, 4/1,
 // 32/8, 8/8), single and packed documents (boundaries inside a 128-row tile, one-token documents).
-// Outputs are poisoned before every run, so an element the kernel never writes fails as NaN. Every
-// case runs for every kernel variant (hopper_attention_forward_variant 1 to 4; test names end
-// in /v1 to /v4). And the engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface,
+// Sliding windows. Outputs are poisoned before every run, so an element the kernel never writes fails
+// as NaN. Every case runs for every kernel variant (hopper_attention_forward_variant 3 and 4; test
+// names end in /v3, /v4). And the engine's opt-in (ULYSSES_ATTENTION=hopper) through the Backend interface,
 // forward and backward, with the variant ULYSSES_HOPPER_VARIANT names (default 3).
 // Fails without a GPU (CudaTest); skips on a GPU that is not sm_90 (the kernel is sm_90a only).
 #include <cuda_bf16.h>
@@ -180,7 +180,7 @@ TEST_P(HopperAttentionVariant, D128SlidingWindow) {
 }
 TEST_P(HopperAttentionVariant, D64SlidingWindow) { run_case({1500, 4, 1, 64, {700}, 1.0, 129}, GetParam(), stream); }
 
-INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionVariant, ::testing::Values(1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionVariant, ::testing::Values(3, 4),
                          [](const ::testing::TestParamInfo<int>& info) { return "v" + std::to_string(info.param); });
 
 // The engine's opt-in: with ULYSSES_ATTENTION=hopper the backend's forward runs the Hopper kernel,
@@ -204,8 +204,18 @@ TEST_F(HopperAttention, RefusesUnsupported) {
                                                        128, 0.1, stream),
                ulysses::Error);  // null pointers
   EXPECT_THROW(ulysses::cuda::hopper_attention_forward_variant(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 128,
-                                                               4, 4, 128, 0.1, stream, 4),
-               ulysses::Error);  // no variant 4
+                                                               4, 4, 128, 0.1, stream, 5),
+               ulysses::Error);  // no variant 5
+  // The removed variants (cp.async loads): refused by name.
+  for (const int removed : {1, 2}) {
+    try {
+      ulysses::cuda::hopper_attention_forward_variant(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 128, 4, 4,
+                                                      128, 0.1, stream, removed);
+      ADD_FAILURE() << "variant " << removed << " must be refused";
+    } catch (const ulysses::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("removed"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -28,12 +28,12 @@ void hopper_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
                               int64_t d, double scale, cudaStream_t stream);
 
 // The kernel variant the environment asks for (read at each call; the CUDA backend reads it once, when
-// it is made): ULYSSES_HOPPER_VARIANT=1 is the first version, 2 the pipelined one (intra-warpgroup
-// overlap of softmax and GEMMs, ping-pong between the two consumer warpgroups, 3 stages), 3 (or unset:
-// the default, the fastest) variant 2 with a TMA producer (K and V through tensor maps; see
-// docs/attention.md), 4 variant 3 persistent (one CTA per SM walking the blocks; correct on an H100,
-// 2026-12-07, faster than 3 on short documents, slower on long sequences).
-// Anything else throws an Error naming the variable.
+// it is made): ULYSSES_HOPPER_VARIANT=3 (or unset: the default) is the pipelined kernel (intra-warpgroup
+// overlap of softmax and GEMMs, ping-pong between the two consumer warpgroups, 3 stages) with a TMA
+// producer (K and V through tensor maps; see docs/attention.md), 4 variant 3 persistent (one CTA per SM
+// walking the blocks; correct on an H100, 2026-12-07, faster than 3 on short documents, slower on long
+// sequences). Variants 1 and 2 (cp.async loads) were removed. Anything else throws an Error naming the
+// variable.
 int hopper_attention_variant();
 
 // The CTA order of the Hopper forward and backward (read at each call, for A/B runs):
@@ -51,7 +51,7 @@ HopperCtaOrder hopper_cta_order();
 // (measured, H100, 2026-12-07: the backward at 32K 3.5% faster heads-outer, mean of two runs each).
 bool hopper_cta_heads_inside_default(bool backward, int64_t longest);
 
-// hopper_attention_forward with the variant given (1 to 4), for tests and benchmarks that run all.
+// hopper_attention_forward with the variant given (3 or 4), for tests and benchmarks that run both.
 void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start,
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,

@@ -3,11 +3,10 @@
 //
 // One CTA per (query block of BR = 128 rows, query head), heaviest (latest) query blocks first,
 // 3 warpgroups of 128 threads:
-//   warpgroup 0, producer: streams the K and V tiles of BC keys that the block's rows can see into
-//     a ring of NS shared-memory stages with cp.async (zero-filling keys past S), then fences them
-//     to the async proxy and arrives on the stage's `full` mbarrier; it waits on the stage's
-//     `empty` mbarrier before refilling it (variants 1 and 2; variant 3 loads with TMA instead,
-//     see below).
+//   warpgroup 0, producer: one thread streams the K and V tiles of BC keys that the block's rows
+//     can see into a ring of NS shared-memory stages (produce_tma: cp.async.bulk.tensor from tensor
+//     maps the host encodes, keys past S zero-filled, the stage's `full` mbarrier completing on the
+//     bytes landed); it waits on the stage's `empty` mbarrier before refilling it.
 //   warpgroups 1 and 2, consumers: each owns 64 query rows (its Q tile loaded once with cp.async),
 //     and per key block: S = Q K^T with wgmma m64n{BC}k16 (A = Q, B = K, both shared-memory
 //     descriptors, K-major), masking only where a block is not wholly visible (causal diagonal,
@@ -15,16 +14,16 @@
 //     P to bf16 in registers and O += P V with wgmma m64n64k16 (A = P from registers, B = V from
 //     shared memory, transposed: V is stored key-major with d contiguous); then each warp
 //     arrives on the stage's `empty` mbarrier.
-// Three variants, chosen at run time (hopper_attention_variant, ULYSSES_HOPPER_VARIANT): 1,
-// consume_v1, as above, each key block's GEMMs and softmax one after the other, 2 stages; 2,
-// consume_v2, FA3's intra-warpgroup overlap (the softmax of block t while P V of block t - 1 runs)
-// and ping-pong between the two consumers (named barriers order their GEMM issues), 3 stages; 3,
-// variant 2's consumers with a TMA producer (produce_tma: one thread of the producer warpgroup
-// loads each stage's K and V with cp.async.bulk.tensor from tensor maps the host encodes, the
-// stage's `full` completing on the bytes landed), 3 stages; 4, variant 3 persistent (one CTA per SM
-// walks the blocks, its producer loading the next block's Q and K / V while the consumers finish the
-// current one: forward_persistent_cta). They share every other piece (setup_block, produce,
-// consumer_rows, issue_qk, softmax_block, pack_p, issue_pv, epilogue; variant 4 its own setup).
+// The consumers' loop (consume_v2, after the variant that introduced it) is FA3's intra-warpgroup
+// overlap (the softmax of block t while P V of block t - 1 runs) and ping-pong between the two
+// consumers (named barriers order their GEMM issues), over 3 stages. Two variants, chosen at run time
+// (hopper_attention_variant, ULYSSES_HOPPER_VARIANT): 3, as above (the default); 4, variant 3
+// persistent (one CTA per SM walks the blocks, its producer loading the next block's Q and K / V while
+// the consumers finish the current one: forward_persistent_cta). They share every other piece
+// (setup_block, produce_tma, consumer_rows, issue_qk, softmax_block, pack_p, issue_pv, epilogue;
+// variant 4 its own setup). Variants 1 (each key block's GEMMs and softmax one after the other) and
+// 2 (consume_v2 with a cp.async producer), both with cp.async loads and slower than 3, were removed
+// on 2026-12-07.
 // Shared-memory tiles use the 128-byte swizzle of wgmma's canonical layouts: a tile of R rows and D
 // columns is stored as D / 64 column halves of R rows x 128 bytes each, row r's 16-byte chunk c at
 // r * 128 + ((c ^ (r % 8)) * 16), every half 1024-byte aligned (a swizzle atom is 8 rows, 1024 bytes).
@@ -61,13 +60,9 @@ constexpr int kBR = 128;              // query rows per CTA: 2 consumer warpgrou
 constexpr int kThreads = 384;         // 3 warpgroups
 // setmaxnreg: __launch_bounds__(384, 1) caps the kernel at 168 registers a thread (65536 / 384,
 // rounded down to a multiple of 8), so 168 x 384 = 64512 are allocated and the two budgets must sum
-// to that: 128 x 56 + 256 x 224 (variants 1 and 2, 128 cp.async threads), 128 x 24 + 256 x 240
-// (variant 3: one thread issues the TMA loads).
-constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;
+// to that: 128 x 24 + 256 x 240 (one producer thread issues the TMA loads).
 constexpr int kProducerRegsTma = 24;
 constexpr int kConsumerRegsTma = 240;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs == 168 * 384, "register budget");
 static_assert(128 * kProducerRegsTma + 256 * kConsumerRegsTma == 168 * 384, "register budget");
 
 struct Params {
@@ -121,7 +116,7 @@ __device__ __forceinline__ void wgmma_s(float (&s)[BC / 2], uint64_t da, uint64_
   else wgmma_ss_m64n64k16(s, da, db, scale_d);
 }
 
-// ---- Pieces shared by both variants ----
+// ---- Pieces shared by both variants (3 and 4) ----
 
 // The CTA's query block and head and the key blocks its rows can see.
 struct Block {
@@ -132,7 +127,7 @@ struct Block {
 // Every thread: the block's row document starts (kIntMax for rows past S: they see nothing) into
 // s_doc, their per-warp min / max into s_red, the NS full / empty mbarriers initialised, then
 // __syncthreads and the key-block range.
-// full_count: the arrivals a `full` phase takes (128 producer threads; 1 for TMA, plus its bytes).
+// full_count: the arrivals a `full` phase takes (1: the TMA thread's, plus its bytes).
 template <int BC, int NS>
 __device__ __forceinline__ Block setup_block(const Params& p, int* s_doc, int* s_red, uint32_t full_bar,
                                              uint32_t empty_bar, uint32_t full_count) {
@@ -162,7 +157,7 @@ __device__ __forceinline__ Block setup_block(const Params& p, int* s_doc, int* s
   }
   if (tid == 0) {
     for (int s = 0; s < NS; ++s) {
-      mbar_init(full_bar + 8 * s, full_count);  // every producer thread once its copies landed (or TMA's)
+      mbar_init(full_bar + 8 * s, full_count);  // the TMA thread's arrival (and the bytes)
       mbar_init(empty_bar + 8 * s, 8);   // every consumer warp, once done with the stage
     }
     mbar_init_fence();
@@ -176,42 +171,12 @@ __device__ __forceinline__ Block setup_block(const Params& p, int* s_doc, int* s
   return b;
 }
 
-// The producer warpgroup: K and V of every key block into the NS-stage ring (see the file comment).
-template <int D, int BC, int NS>
-__device__ __forceinline__ void produce(const Params& p, const Block& b, uint32_t base, uint32_t full_bar,
-                                        uint32_t empty_bar, int wtid) {
-  using T = Tile<D, BC, NS>;
-  const int S = p.S;
-  const int64_t kv_row = int64_t(p.Hkv) * D;
-  const bf16* kbase = p.k + int64_t(b.hk) * D;
-  const bf16* vbase = p.v + int64_t(b.hk) * D;
-  for (int it = 0; it < b.n_blocks; ++it) {
-    const int s = it % NS, round = it / NS;
-    mbar_wait(empty_bar + 8 * s, (round & 1) ^ 1);
-    const int k0 = (b.kb_lo + it) * BC;
-    const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes;
-    load_tile<D>(sk, BC, kbase + k0 * kv_row, kv_row, S - k0, wtid, 128);
-    load_tile<D>(sv, BC, vbase + k0 * kv_row, kv_row, S - k0, wtid, 128);
-    cp_async_commit();
-    if (it > 0) {
-      cp_async_wait<1>();  // this thread's copies of block it - 1 landed
-      fence_proxy_async();
-      mbar_arrive(full_bar + 8 * ((it - 1) % NS));
-    }
-  }
-  if (b.n_blocks > 0) {  // (always, unless doc_start breaks doc_start[i] <= i)
-    cp_async_wait<0>();
-    fence_proxy_async();
-    mbar_arrive(full_bar + 8 * ((b.n_blocks - 1) % NS));
-  }
-}
-
-// Variant 3's producer, one thread: per key block, once the stage is free, an arrival on its `full`
+// The producer, one thread: per key block, once the stage is free, an arrival on its `full`
 // that expects the stage's bytes (K and V, BC rows x D columns each), then per tensor one TMA load
 // per 64-column half (a box of 64 columns x 1 head x BC rows, 128-byte swizzled: the layout
 // load_tile writes). Keys past S come back as zeros, and their bytes count all the same, so every
 // stage completes on stage_bytes. `full` completes when the bytes landed, whatever the producer
-// does next: no signal one block late, as the cp.async producer's.
+// does next: no signal one block late, as a cp.async producer's would be.
 // g0: the ring position of the block's first key block (variant 4 runs one ring through its blocks).
 template <int D, int BC, int NS>
 __device__ __forceinline__ void produce_tma(const Block& b, uint32_t base, uint32_t full_bar, uint32_t empty_bar,
@@ -237,8 +202,6 @@ struct Rows {
   int rowA;                   // this thread's rows: rowA and rowA + 8
   int lo[2];                  // their document starts
   uint32_t sq;                // the warpgroup's Q tile (shared address)
-  // Whether key block [ks, ke] holds a key some row of the warpgroup sees.
-  __device__ __forceinline__ bool sees(int ks, int ke) const { return active && ke >= wlo_min && ks <= wrow_max; }
 };
 
 // The rest of r (r.c and r.r0 set) from the block's row document starts s_doc [128] and their per-warp
@@ -427,46 +390,7 @@ __device__ __forceinline__ void epilogue(const Params& p, const Block& b, const 
   }
 }
 
-// ---- Variant 1: per key block S = Q K^T, wait, softmax, O += P V, wait ----
-
-template <int D, int BC, int NS>
-__device__ __forceinline__ void consume_v1(const Params& p, const Block& b, const Rows& r, uint32_t base,
-                                            uint32_t full_bar, uint32_t empty_bar, float (&o)[D / 64][32],
-                                            float (&m_run)[2], float (&l_run)[2]) {
-  using T = Tile<D, BC, NS>;
-  const int lane = threadIdx.x % 32;
-  for (int it = 0; it < b.n_blocks; ++it) {
-    const int s = it % NS, round = it / NS;
-    const int ks = (b.kb_lo + it) * BC, ke = ks + BC - 1;
-    mbar_wait(full_bar + 8 * s, round & 1);
-    if (r.sees(ks, ke)) {
-      const uint32_t sk = base + T::q_bytes + s * T::stage_bytes, sv = sk + T::kv_bytes;
-      float sc[BC / 2];
-      wgmma_fence();
-      issue_qk<D, BC>(sc, r.sq, sk);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(sc);
-      float alpha[2];
-      softmax_block<BC>(sc, ks, ke, p.S, r, p.scale_log2, m_run, l_run, alpha);
-      rescale_o_if(o, alpha);
-      uint32_t pa[BC / 16][4];
-      pack_p<BC>(sc, pa);
-#pragma unroll
-      for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
-      wgmma_fence();
-      issue_pv<D, BC>(o, pa, sv);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(o[hh]);
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * s);  // this warp is done with the stage
-  }
-}
-
-// ---- Variant 2: intra-warpgroup overlap and ping-pong between the consumers (FA3 3.1, 3.2) ----
+// ---- The consumers' loop (variant 2's, kept by 3 and 4): intra-warpgroup overlap and ping-pong (FA3 3.1, 3.2) ----
 //
 // A consumer walks "turns" t = 0 .. n_blocks. At turn t it waits for stage t's `full`, waits for its
 // scheduling barrier (its turn at the tensor cores), issues S_t = Q K_t^T (if it sees block t) and
@@ -480,9 +404,10 @@ __device__ __forceinline__ void consume_v1(const Params& p, const Block& b, cons
 // (also where it sees nothing: rows past S, or documents starting after the block), so that both
 // do n_blocks + 1 syncs and get as many arrivals: consumer 1 arrives once on consumer 0's barrier
 // before its first turn and not after its last.
-// Needs 3 stages or more: the producer signals block t's `full` only once it may start block t + 1
-// (after block t + 1 - NS was released), and a consumer releases block t - 1 only at turn t, after
-// block t's `full`; with 2 stages each waits for the other (tools/hopper_attention_model.py shows it).
+// With a cp.async producer (the removed variant 2) it needed 3 stages or more: that producer signalled
+// block t's `full` only once it could start block t + 1 (after block t + 1 - NS was released), and a
+// consumer releases block t - 1 only at turn t, after block t's `full`; with 2 stages each waited for
+// the other (tools/hopper_attention_model.py shows it). The TMA producer's `full` is not late.
 constexpr int kSchedBar = 3;  // + c: consumer c's scheduling barrier (1 + c: the Q-load barriers)
 
 // g0: the ring position of the block's first key block (variant 4 runs one ring through several
@@ -594,8 +519,8 @@ __device__ __forceinline__ void consume_v2(const Params& p, const Block& b, cons
 
 // ---- The kernel: setup, the producer, the consumers' Q, then the variant's loop and the epilogue ----
 
-// tk, tv: variant 3's tensor maps (null for variants 1 and 2).
-template <int D, int BC, int NS, int V>
+// tk, tv: the K and V tensor maps.
+template <int D, int BC, int NS>
 __device__ __forceinline__ void forward_cta(const Params& p, const CUtensorMap* tk, const CUtensorMap* tv) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, BC, NS>;
@@ -607,42 +532,27 @@ __device__ __forceinline__ void forward_cta(const Params& p, const CUtensorMap* 
   int* s_red = reinterpret_cast<int*>(smem + T::red_off);
   const uint32_t full_bar = base + T::bar_off, empty_bar = full_bar + NS * 8;
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128;
-  if constexpr (V == 3) {
-    if (tid == 0) {
-      prefetch_tensormap(tk);
-      prefetch_tensormap(tv);
-    }
+  if (tid == 0) {
+    prefetch_tensormap(tk);
+    prefetch_tensormap(tv);
   }
-  const Block b = setup_block<BC, NS>(p, s_doc, s_red, full_bar, empty_bar, V == 3 ? 1u : 128u);
+  const Block b = setup_block<BC, NS>(p, s_doc, s_red, full_bar, empty_bar, 1u);
 
   if (wg == 0) {
-    if constexpr (V == 3) {
-      setmaxnreg_dec<kProducerRegsTma>();
-      if (wtid == 0) produce_tma<D, BC, NS>(b, base, full_bar, empty_bar, tk, tv);
-    } else {
-      setmaxnreg_dec<kProducerRegs>();
-      produce<D, BC, NS>(p, b, base, full_bar, empty_bar, wtid);
-    }
+    setmaxnreg_dec<kProducerRegsTma>();
+    if (wtid == 0) produce_tma<D, BC, NS>(b, base, full_bar, empty_bar, tk, tv);
     return;
   }
 
-  if constexpr (V == 3) setmaxnreg_inc<kConsumerRegsTma>();
-  else setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegsTma>();
   const Rows r = consumer_rows<D, BC, NS>(p, b, base, s_doc, s_red, wg, wtid);
   float o[T::kHalves][32], m_run[2], l_run[2];
   start_rows(o, m_run, l_run);
-  static_assert(V != 2 || NS >= 3, "variant 2 deadlocks with 2 stages (see consume_v2)");
-  if constexpr (V == 1) consume_v1<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
-  else consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
+  consume_v2<D, BC, NS>(p, b, r, base, full_bar, empty_bar, o, m_run, l_run);
   epilogue<D>(p, b, r, o, m_run, l_run);
 #else
   __trap();  // built only for sm_90a; the host side refuses other devices
 #endif
-}
-
-template <int D, int BC, int NS, int V>
-__global__ void __launch_bounds__(kThreads, 1) hopper_attention_forward_kernel(const Params p) {
-  forward_cta<D, BC, NS, V>(p, nullptr, nullptr);
 }
 
 // Variant 3: the K and V tensor maps as kernel parameters (TMA reads them from parameter space).
@@ -650,7 +560,7 @@ template <int D, int BC, int NS>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_attention_forward_tma_kernel(const Params p, const __grid_constant__ CUtensorMap tk,
                                         const __grid_constant__ CUtensorMap tv) {
-  forward_cta<D, BC, NS, 3>(p, &tk, &tv);
+  forward_cta<D, BC, NS>(p, &tk, &tv);
 }
 
 // ---- Variant 4: variant 3 made persistent ----
@@ -821,19 +731,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   forward_persistent_cta<D, BC, NS>(p, &tk, &tv, &tq);
 }
 
-template <int D, int NS, void (*Kernel)(Params)>
-void launch(const Params& p, cudaStream_t stream) {
-  constexpr int BC = 128;
-  using T = Tile<D, BC, NS>;
-  // Every launch, as attention_forward does: the attribute belongs to the current device.
-  CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(T::smem_bytes)));
-  const unsigned nqb = static_cast<unsigned>((p.S + kBR - 1) / kBR), nh = static_cast<unsigned>(p.H);
-  const dim3 grid = p.heads_inside ? dim3(nh, nqb) : dim3(nqb, nh);  // see setup_block
-  Kernel<<<grid, kThreads, T::smem_bytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH("hopper_attention_forward");
-}
-
 // The tensor map of a [S, Hkv, D] bf16 tensor (K or V) for variant 3: box {64, 1, BC}: 64 columns
 // (128 bytes, the 128-byte swizzle's span) of one head over BC keys, 128-byte swizzled, keys past S
 // zero-filled (hopper_tensor_map.h).
@@ -868,18 +765,15 @@ void launch_tma(const Params& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("hopper_attention_forward");
 }
 
-// Variant 1: 2 stages. Variants 2 and 3: 3 stages (d 128: Q 32 KB + 3 x 64 KB of K and V, 225.6 KB
-// in all). Variant 3 would not deadlock with 2 (its `full` is not one block late; the model checks
-// it) but keeps 3 for slack: a TMA load of a stage starts only once both consumers released it.
-constexpr int kStagesV1 = 2, kStagesV2 = 3, kStagesV3 = 3;
+// 3 stages (d 128: Q 32 KB + 3 x 64 KB of K and V, 225.6 KB in all). The TMA producer would not
+// deadlock with 2 (its `full` is not one block late; the model checks it) but keeps 3 for slack: a
+// TMA load of a stage starts only once both consumers released it.
+constexpr int kStagesV3 = 3;
 
 template <int D>
 void launch_variant(const Params& p, int variant, cudaStream_t stream) {
   if (variant == 4) launch_tma<D, kStagesV3, true>(p, stream);
-  else if (variant == 3) launch_tma<D, kStagesV3>(p, stream);
-  else if (variant == 2)
-    launch<D, kStagesV2, hopper_attention_forward_kernel<D, 128, kStagesV2, 2>>(p, stream);
-  else launch<D, kStagesV1, hopper_attention_forward_kernel<D, 128, kStagesV1, 1>>(p, stream);
+  else launch_tma<D, kStagesV3>(p, stream);
 }
 
 }  // namespace
@@ -910,11 +804,13 @@ int hopper_attention_variant() {
   const char* v = std::getenv("ULYSSES_HOPPER_VARIANT");
   if (v == nullptr || *v == '\0') return 3;
   const std::string s = v;
-  ULY_CHECK(s == "1" || s == "2" || s == "3" || s == "4",
-            "ULYSSES_HOPPER_VARIANT=" << s
-                                      << ": takes 1 (the first Hopper forward), 2 (intra-warpgroup overlap, "
-                                         "ping-pong, 3 stages), 3 (variant 2 with a TMA producer, the default) or 4 "
-                                         "(variant 3 persistent)");
+  ULY_CHECK(s != "1" && s != "2", "ULYSSES_HOPPER_VARIANT=" << s
+                                                          << ": variants 1 and 2 of the Hopper forward were removed "
+                                                             "(2026-12-07; 3, with TMA loads, was faster); takes 3 "
+                                                             "(the default) or 4 (variant 3 persistent)");
+  ULY_CHECK(s == "3" || s == "4", "ULYSSES_HOPPER_VARIANT=" << s
+                                                           << ": takes 3 (the TMA producer, the default) or 4 "
+                                                              "(variant 3 persistent)");
   return s[0] - '0';
 }
 
@@ -944,7 +840,9 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
                                       int64_t S, int64_t H, int64_t Hkv, int64_t d, double scale, cudaStream_t stream,
                                       int variant) {
   const char* op = "cuda::hopper_attention_forward";
-  ULY_CHECK(variant >= 1 && variant <= 4, op << ": variant " << variant << " (1 to 4)");
+  ULY_CHECK(variant != 1 && variant != 2, op << ": variant " << variant
+                                              << " was removed (2026-12-07; 3, with TMA loads, was faster): 3 or 4");
+  ULY_CHECK(variant == 3 || variant == 4, op << ": variant " << variant << " (3 or 4)");
   attn_host::check_shapes(op, S, H, Hkv, d, scale);
   std::string why;
   ULY_CHECK(hopper_attention_supported(d, H, Hkv, &why),
