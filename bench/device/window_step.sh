@@ -4,7 +4,7 @@
 # against the default (auto: the Hopper kernels where attention_choice.cpp's windowed table has them
 # ahead), alternated, at 32K (forward + backward) and 128K (checkpoints, tiled MLP and loss, AdamW);
 # then the planned device peak under auto against the measured one, and profiles of the 32K step.
-#   bash bench/device/window_step.sh BUILD
+#   bash bench/device/window_step.sh BUILD     (WS_QUICK=1: 32K only, one round, no plan)
 set -u
 B=${1:-build-gpu}
 M=$(mktemp -d)
@@ -24,10 +24,14 @@ step() {  # ATTENTION, then bench's options
 }
 S32="--seq 32768 --steps 3 --no-optimizer"
 S128="--seq 131072 --steps 2 --checkpoint --tiled-mlp=0 --tiled-loss"
-for r in 1 2; do step own $S32; step auto $S32; done
-step own $S128; step auto $S128
-echo "== plan under auto (128K)"
-timeout 60 $B/ulysses plan --backend cuda --model "$M" --layers 4 ${S128/--steps 2 /} 2>&1 | grep -E "fits|device peak|error" | head -3
+if [ "${WS_QUICK:-0}" = 1 ]; then
+  step own $S32; step auto $S32
+else
+  for r in 1 2; do step own $S32; step auto $S32; done
+  step own $S128; step auto $S128
+fi
+[ "${WS_QUICK:-0}" = 1 ] || echo "== plan under auto (128K)"
+[ "${WS_QUICK:-0}" = 1 ] || timeout 60 $B/ulysses plan --backend cuda --model "$M" --layers 4 ${S128/--steps 2 /} 2>&1 | grep -E "fits|device peak|error" | head -3
 for a in auto own; do
   echo "== profile ($a, 32K)"
   ULYSSES_ATTENTION=$a timeout 120 $B/ulysses bench --backend cuda --model "$M" --layers 4 $S32 --profile 2>&1 |
