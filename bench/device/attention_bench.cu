@@ -15,8 +15,9 @@
 // sum(len^2) for S^2. With --window W (Mistral's sliding window, folded into doc_start as the engine's
 // make_documents does) S^2 becomes sum over rows of (2 * visible keys - 1), which is len^2 without a
 // window; cuDNN is left out there (the engine does not give it windowed rows), so the comparison is
-// our FA2 kernels (own) against the Hopper ones. Forward, backward (alone, on the forward's outputs) and forward+backward are
-// timed separately. hopper3, hopper4: forward only (its backward is attention_backward's, timed under own),
+// our FA2 kernels (own) against the Hopper ones. Forward, backward (alone, on the forward's outputs)
+// and forward+backward are timed separately. hopper3, hopper4: forward only (its backward is
+// attention_backward's, timed under own),
 // and its out / lse compared with own's forward on the same inputs (max |difference|), a check at
 // sizes the unit tests do not reach. Prints a table and one JSON line per size.
 #include <cuda_bf16.h>

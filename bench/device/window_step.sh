@@ -23,7 +23,8 @@ step() {  # ATTENTION, then bench's options
     grep -E "attention (forward|backward)|step time|tokens/s|peak device|error|Error" | sort -u
 }
 S32="--seq 32768 --steps 3 --no-optimizer"
-S128="--seq 131072 --steps 2 --checkpoint --tiled-mlp=0 --tiled-loss"
+P128="--seq 131072 --checkpoint --tiled-mlp=0 --tiled-loss"  # the plan's options (it takes no --steps)
+S128="$P128 --steps 2"
 if [ "${WS_QUICK:-0}" = 1 ]; then
   step own $S32; step auto $S32
 else
@@ -31,7 +32,7 @@ else
   step own $S128; step auto $S128
 fi
 [ "${WS_QUICK:-0}" = 1 ] || echo "== plan under auto (128K)"
-[ "${WS_QUICK:-0}" = 1 ] || timeout 60 $B/ulysses plan --backend cuda --model "$M" --layers 4 ${S128/--steps 2 /} 2>&1 | grep -E "fits|device peak|error" | head -3
+[ "${WS_QUICK:-0}" = 1 ] || timeout 60 $B/ulysses plan --backend cuda --model "$M" --layers 4 $P128 2>&1 | grep -E "fits|device peak|error" | head -3
 for a in auto own; do
   echo "== profile ($a, 32K)"
   ULYSSES_ATTENTION=$a timeout 120 $B/ulysses bench --backend cuda --model "$M" --layers 4 $S32 --profile 2>&1 |

@@ -226,12 +226,13 @@ bool CudaBackend::use_hopper_backward(const AttentionShape& shape, int* variant)
   // kernel ahead of the alternative (cuDNN; with a sliding window our FA2 kernels), the row's variant.
   std::string measured;
   const bool asked = attention_kernels_ == AttentionKernels::Hopper && hopper_backward_ != 0;
+  const bool windowed = shape.window != 0;
   const AttentionChoiceRow* row = nullptr;
   if (!asked) {
     if (attention_kernels_ != AttentionKernels::Auto ||
-        !hopper_measured_faster(shape.d, true, shape.longest, shape.window != 0, &measured))
+        !hopper_measured_faster(shape.d, true, shape.longest, windowed, &measured))
       return false;
-    row = attention_choice_row(shape.d, true, shape.longest, shape.window != 0);
+    row = attention_choice_row(shape.d, true, shape.longest, windowed);
   }
   std::string why;
   const int v = asked ? hopper_backward_ : row->variant;

@@ -63,14 +63,15 @@ void hopper_attention_forward_variant(__nv_bfloat16* out, float* lse, const __nv
 bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std::string* why = nullptr);
 
 // Arguments as attention_backward (attention.h). Throws an Error on an unsupported problem.
-// `variant` 2: TMA loads of Q and dO, dQ through shared memory and TMA reductions; 3: variant 2 with its two consumer warpgroups
-// coupled one pair late rather than in lockstep (docs/attention.md); 4: variant 2 with K and V held in
-// registers at d 64 (variant 2 itself at d 128); 5: variant 4 with dV issued before dS^T is computed;
-// 6: variant 5 with a pair's dQ reductions issued under the next pair's scores; 7: variant 5 with the
-// dQ reductions issued by a producer warp (all correct on an H100, 2026-12-07; 6 the fastest at d 128,
-// 7 at d 64). Variant 1 (a cp.async producer, dQ by red.global.add) was removed: asked for, it throws. `deterministic` (variant 3 only):
-// dQ's partial sums are added in a fixed order, so dq is bitwise the same from run to run (dk and dv
-// always are). `longest`: the longest document's length where known (0: S), for the CTA order.
+// `variant` 2: TMA loads of Q and dO, dQ through shared memory and TMA reductions; 3: variant 2 with
+// its two consumer warpgroups coupled one pair late rather than in lockstep (docs/attention.md); 4:
+// variant 2 with K and V held in registers at d 64 (variant 2 itself at d 128); 5: variant 4 with dV
+// issued before dS^T is computed; 6: variant 5 with a pair's dQ reductions issued under the next
+// pair's scores; 7: variant 5 with the dQ reductions issued by a producer warp (all correct on an
+// H100, 2026-12-07; 6 the fastest at d 128, 7 at d 64). Variant 1 (a cp.async producer, dQ by
+// red.global.add) was removed: asked for, it throws. `deterministic` (variant 3 only): dQ's partial
+// sums are added in a fixed order, so dq is bitwise the same from run to run (dk and dv always are).
+// `longest`: the longest document's length where known (0: S), for the CTA order.
 void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
                                const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* doc_start, int64_t S,
