@@ -256,18 +256,17 @@ int run_plan(int argc, char** argv) {
   ULY_CHECK(args.has("time") || (!args.has("link-gbps") && !args.has("compare-meshes") && !args.has("time-json") &&
                                  !args.has("ranks-share-gpu")),
             "plan: --link-gbps, --compare-meshes, --time-json and --ranks-share-gpu go with --time RATES.json");
-  if (args.has("time")) {
-    // keep-attention auto: on when the step with it fits, as bench and train decide (Engine::plan),
-    // so that the schedule timed is the one they run.
-    if (engine.keep_attention == KeepAttention::Auto && req.options.checkpoint) {
-      PlanRequest keep = req;
-      keep.options.keep_attention = true;
-      if (plan_misfit(keep, plan_step_memory(keep), budgets.device, budgets.host).empty()) req = keep;
-      std::cout << "--keep-attention auto: " << (req.options.keep_attention ? "on" : "off") << " [" << budgets.text()
-                << "]\n";
-    }
-    return run_plan_time(args, req);
+  // keep-attention auto: on when the step with it fits, as bench and train decide (Engine::plan), so
+  // that the step planned (and timed) is the one they run. (Until 2026-12-07 only --time resolved it:
+  // the memory plan took auto as off and under-counted a checkpointed step that bench ran with it.)
+  if (engine.keep_attention == KeepAttention::Auto && req.options.checkpoint) {
+    PlanRequest keep = req;
+    keep.options.keep_attention = true;
+    if (plan_misfit(keep, plan_step_memory(keep), budgets.device, budgets.host).empty()) req = keep;
+    std::cout << "--keep-attention auto: " << (req.options.keep_attention ? "on" : "off") << " [" << budgets.text()
+              << "]\n";
   }
+  if (args.has("time")) return run_plan_time(args, req);
   const MemorySnapshot m = plan_step_memory(req, /*itemize=*/true);
   std::cout << "memory plan: " << req.config.num_hidden_layers << " layers, hidden " << req.config.hidden_size
             << ", sequence " << req.seq_len << ", sp " << req.sp

@@ -25,6 +25,18 @@ fi
   && pass "bench --find-max-seq runs" || { fail "bench --find-max-seq runs"; tail -5 bench_err.txt; }
 grep -q -E "^find-max-seq confirmed +[0-9]+ tokens: planned device peak [0-9]+ bytes, measured [0-9]+ \(equal\); host [0-9]+, [0-9]+ \(equal\)" bench.txt \
   && pass "bench --find-max-seq: measured peaks equal the plan" || { fail "bench --find-max-seq: measured = plan"; grep find-max bench.txt; }
+# plan resolves --keep-attention auto as bench and train do (on where the step with it fits), so a
+# checkpointed step's plan is the peak bench measures (until 2026-12-07 plan took auto as off: 2 layers,
+# 1,024 tokens planned 6,400,552 bytes against the 6,679,080 measured).
+"$ULYSSES" plan --shape tiny --layers 2 --seq 1024 --checkpoint --no-optimizer > keep_plan.txt 2>&1 \
+  && grep -q -- "^--keep-attention auto: on" keep_plan.txt \
+  && pass "plan --checkpoint: keep-attention auto resolved (on)" || { fail "plan resolves keep-attention auto"; head -3 keep_plan.txt; }
+planned=$(sed -n 's/^  peak  *device .*(\([0-9]*\) bytes)$/\1/p' keep_plan.txt)
+"$ULYSSES" bench --shape tiny --layers 2 --seq 1024 --checkpoint --no-optimizer --steps 1 --warmup 0 > keep_bench.txt 2>&1
+measured=$(sed -n 's/.*"peak_device_bytes":\([0-9]*\).*/\1/p' keep_bench.txt)
+[ -n "$planned" ] && [ "$planned" = "$measured" ] \
+  && pass "plan --checkpoint = bench's measured peak ($planned bytes)" \
+  || fail "plan --checkpoint ($planned bytes) = bench's measured peak ($measured)"
 expect_error "bench --find-max-seq with --seq" "leave out --seq" \
   "$ULYSSES" bench --shape tiny --find-max-seq --seq 1024 --memory-limit 0.01
 # Without --memory-limit the search is for an H200 (plan_verdict_test.sh); auto asks the GPU here.
