@@ -21,6 +21,8 @@ consumer syncs on before it stores into a buffer again (one sync per pair from t
 the last pair: the arrivals and syncs pair up). Named-barrier arrivals do not block; a second arrival
 of one thread before the barrier completes is a fault. The wrong forms (no sync on free, no wait for
 the reads before the free arrival) must fail.
+Variant 9 (consumers split by product) hands P^T from one consumer to the other through one shared
+buffer (P_full / P_empty barriers) and keeps one dQ tile (run_split).
 It models the protocol, not the CUDA source or the hardware.
   python3 tools/hopper_dq_pipeline_model.py      (a few seconds)
 """
@@ -129,6 +131,63 @@ def check(label, order, expect_ok, trials=1500, runner=None):
     interleavings("dq pipeline model", label, expect_ok, trials, trial)
 
 
+def simulate(progs, parts, rng, extra=None):
+    """Steps the threads' programs (generators of steps) in a random interleaving. Steps: ("sync" |
+    "arrive", barrier key), named barriers whose participants are parts[key] (an arrival does not
+    block; a second arrival before the barrier completes is a fault); ("store", consumer, pair, buf)
+    into a dQ buffer (a fault while a reduction reads it); ("reduce", consumer, pair, buf), which
+    needs threads 0 and 1 of the consumer to have stored the pair, and reads the buffer until a random
+    later moment; ("wait_read", k): blocks until the reductions of every pair but the k newest issued
+    have read. Other steps go to extra(thread, step). Raises Violation on a fault or a deadlock."""
+    arrived = {k: set() for k in parts}
+    blocked = {}  # thread -> barrier key it syncs on
+    pending = {k: next(g, None) for k, g in progs.items()}
+    reading = []  # (pair, consumer, buf) of reductions not yet done reading
+    issued = 0    # pairs whose reductions were issued
+    stored = {}   # (consumer, pair) -> threads that stored
+    while any(v is not None for v in pending.values()):
+        if reading and rng.random() < 0.3:
+            reading.pop(rng.randrange(len(reading)))
+        done = [key for key, who in parts.items() if arrived[key] == who]
+        for key in done:  # a barrier all of whose participants arrived completes
+            arrived[key] = set()
+            for th in [th for th, k in blocked.items() if k == key]:
+                del blocked[th]
+                pending[th] = next(progs[th], None)
+        if done:
+            continue
+        runnable = [th for th, step in pending.items() if step is not None and th not in blocked and
+                    not (step[0] == "wait_read" and any(m < issued - step[1] for m, _, _ in reading))]
+        if not runnable:
+            if reading:
+                continue  # a read will finish
+            raise Violation("deadlock: " + str({th: st for th, st in pending.items() if st}))
+        th = rng.choice(runnable)
+        step = pending[th]
+        kind = step[0]
+        if kind in ("sync", "arrive"):
+            if th in arrived[step[1]]:
+                raise Violation(f"{th} arrives twice on {step[1]} before it completes")
+            arrived[step[1]].add(th)
+            if kind == "sync":
+                blocked[th] = step[1]
+                continue
+        elif kind == "store":
+            _, c, n, buf = step
+            if any(cc == c and b == buf for _, cc, b in reading):
+                raise Violation(f"consumer {c} stores pair {n} into buffer {buf} while a reduction reads it")
+            stored.setdefault((c, n), set()).add(th[1])
+        elif kind == "reduce":
+            _, c, n, buf = step
+            if stored.get((c, n)) != {0, 1}:
+                raise Violation(f"consumer {c}'s pair {n} reduced before every thread stored it")
+            reading.append((n, c, buf))
+            issued = n + 1
+        elif kind != "wait_read":
+            extra(th, step)
+        pending[th] = next(progs[th], None)
+
+
 def run_writer(n_pairs, d, order, rng):
     """Variant 7: consumer threads (c, t) and the writer warp "w"."""
     writes = [True, d == 128]
@@ -164,57 +223,56 @@ def run_writer(n_pairs, d, order, rng):
         who = {(c, 0), (c, 1), "w"}
         parts[("stored", c)] = who
         parts[("free", c)] = who
-    arrived = {k: set() for k in parts}
-    blocked = {}  # thread -> barrier key it syncs on
-    pending = {k: next(g, None) for k, g in progs.items()}
-    reading = []  # (pair, consumer, buf) of reductions not yet done reading
-    issued = 0    # pairs whose reductions the writer has issued
-    stored = {}   # (consumer, pair) -> threads that stored
-    while any(v is not None for v in pending.values()):
-        if reading and rng.random() < 0.3:
-            reading.pop(rng.randrange(len(reading)))
-        done = [key for key, who in parts.items() if arrived[key] == who]
-        for key in done:  # a barrier all of whose participants arrived completes
-            arrived[key] = set()
-            for th in [th for th, k in blocked.items() if k == key]:
-                del blocked[th]
-                pending[th] = next(progs[th], None)
-        if done:
-            continue
-        runnable = []
-        for th, step in pending.items():
-            if step is None or th in blocked:
-                continue
-            # wait_read k: the reductions of every pair but the k newest issued have read their buffers.
-            if step[0] == "wait_read" and any(m < issued - step[1] for m, _, _ in reading):
-                continue
-            runnable.append(th)
-        if not runnable:
-            if reading:
-                continue  # a read will finish
-            raise Violation("deadlock: " + str({th: st for th, st in pending.items() if st}))
-        th = rng.choice(runnable)
-        step = pending[th]
-        kind = step[0]
-        if kind in ("sync", "arrive"):
-            if th in arrived[step[1]]:
-                raise Violation(f"{th} arrives twice on {step[1]} before it completes")
-            arrived[step[1]].add(th)
-            if kind == "sync":
-                blocked[th] = step[1]
-                continue
-        elif kind == "store":
-            _, c, n, buf = step
-            if any(cc == c and b == buf for _, cc, b in reading):
-                raise Violation(f"consumer {c} stores pair {n} into buffer {buf} while a reduction reads it")
-            stored.setdefault((c, n), set()).add(th[1])
-        elif kind == "reduce":
-            _, c, n, buf = step
-            if stored.get((c, n)) != {0, 1}:
-                raise Violation(f"the writer reduces consumer {c}'s pair {n} before every thread stored it")
-            reading.append((n, c, buf))
-            issued = n + 1
-        pending[th] = next(progs[th], None)
+    simulate(progs, parts, rng)
+
+
+def run_split(n_pairs, d, order, rng):
+    """Variant 9: threads (0, t) of pw, which writes P^T of each pair into the one shared P buffer, and
+    (1, t) of dw, which reads it, then stores its dQ of the pair into the one dQ tile that its thread
+    0 reduces. pw: per pair, from the second, a sync on P_empty, then its part of P^T(n), an arrival on
+    P_full; after the last pair a sync on P_empty. dw: per pair a sync on P_full, its read of P^T(n), an
+    arrival on P_empty; thread 0 waits for the last reduction's reads (wait_read 0), dw's barrier, the
+    dQ stores, dw's barrier, thread 0's reduction. Faults: a read of a part not yet holding P^T(n) or
+    already overwritten, a dQ store into the tile a reduction reads, a reduction before every dw thread
+    stored, a second arrival before a barrier completes, a deadlock. The wrong forms (pw without its
+    sync on P_empty, dw without the wait for the reads) must fail."""
+    pw = [(0, t) for t in range(2)]
+    dw = [(1, t) for t in range(2)]
+
+    def producer_of_p(t):
+        for n in range(n_pairs):
+            if n > 0 and order != "v9_no_empty":
+                yield ("sync", "empty")
+            yield ("write_p", t, n)
+            yield ("arrive", "full")
+        if n_pairs > 0 and order != "v9_no_empty":
+            yield ("sync", "empty")
+
+    def consumer_of_p(t):
+        for n in range(n_pairs):
+            yield ("sync", "full")
+            yield ("read_p", n)
+            yield ("arrive", "empty")
+            if t == 0 and order != "v9_no_wait":
+                yield ("wait_read", 0)
+            yield ("sync", "dw")
+            yield ("store", 1, n, 0)
+            yield ("sync", "dw")
+            if t == 0:
+                yield ("reduce", 1, n, 0)
+
+    progs = {th: producer_of_p(th[1]) for th in pw}
+    progs.update({th: consumer_of_p(th[1]) for th in dw})
+    parts = {"full": set(pw + dw), "empty": set(pw + dw), "dw": set(dw)}
+    p_part = {0: None, 1: None}  # pw thread t's part of the P buffer: the pair it holds
+
+    def p_step(th, step):
+        if step[0] == "write_p":
+            p_part[step[1]] = step[2]
+        elif any(v != step[1] for v in p_part.values()):  # read_p
+            raise Violation(f"dw thread {th[1]} reads P^T({step[1]}) while the buffer holds {p_part}")
+
+    simulate(progs, parts, rng, p_step)
 
 
 def main():
@@ -225,6 +283,9 @@ def main():
     check("variant 7 (the reductions by a writer warp, stored / free barriers)", "v7", True, runner=run_writer)
     check("wrong: variant 7 without the consumers' sync on free", "v7_no_free", False, runner=run_writer)
     check("wrong: variant 7 without the writer's wait for the reads", "v7_no_wait", False, runner=run_writer)
+    check("variant 9 (P^T handed from pw to dw, one dQ tile)", "v9", True, runner=run_split)
+    check("wrong: variant 9 without pw's sync on P_empty", "v9_no_empty", False, runner=run_split)
+    check("wrong: variant 9 without dw's wait for the reads", "v9_no_wait", False, runner=run_split)
     print("dq pipeline model: ok")
 
 

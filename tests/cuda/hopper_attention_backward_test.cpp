@@ -204,7 +204,7 @@ TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
                          ::testing::Values(Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6},
-                                           Variant{7}),
+                                           Variant{7}, Variant{9}),
                          [](const ::testing::TestParamInfo<Variant>& i) {
                            return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
                          });
@@ -233,6 +233,14 @@ TEST_F(HopperAttentionBackward, BackendOptInPipelined) {
 TEST_F(HopperAttentionBackward, BackendOptInDqWriter) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
       {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "7"}}, 91,
+      /*check_forward=*/false);
+}
+
+// Variant 9 (consumers split by product: one S^T, P^T and dV, the other dP^T, dS^T, dK and dQ) through
+// the engine.
+TEST_F(HopperAttentionBackward, BackendOptInSplit) {
+  ulysses::cuda_test::expect_engine_attention_matches_cpu(
+      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "9"}}, 93,
       /*check_forward=*/false);
 }
 

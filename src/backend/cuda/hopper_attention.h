@@ -68,7 +68,8 @@ bool hopper_attention_backward_supported(int64_t d, int64_t H, int64_t Hkv, std:
 // variant 2 with K and V held in registers at d 64 (variant 2 itself at d 128); 5: variant 4 with dV
 // issued before dS^T is computed; 6: variant 5 with a pair's dQ reductions issued under the next
 // pair's scores; 7: variant 5 with the dQ reductions issued by a producer warp (all correct on an
-// H100, 2026-12-07; 6 the fastest at d 128, 7 at d 64). Variant 1 (a cp.async producer, dQ by
+// H100, 2026-12-07; 6 the fastest at d 128, 7 at d 64); 9: the consumers split by product (one S^T,
+// P^T and dV, the other dP^T, dS^T, dK and dQ; written 2026-12-07, not yet run on a GPU). Variant 1 (a cp.async producer, dQ by
 // red.global.add) was removed: asked for, it throws. `deterministic` (variant 3 only): dQ's partial
 // sums are added in a fixed order, so dq is bitwise the same from run to run (dk and dv always are).
 // `longest`: the longest document's length where known (0: S), for the CTA order.

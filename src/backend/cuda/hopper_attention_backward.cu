@@ -8,7 +8,8 @@
 // known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's scores;
 // 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead of a
 // consumer thread. All correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 7 at d 64
-// (docs/attention.md). Variant 1 (a cp.async producer, dQ added from registers by red.global.add),
+// (docs/attention.md). 9 (consume_split): the consumers split by product instead of by keys; not yet
+// run on a GPU (2026-12-07). Variant 1 (a cp.async producer, dQ added from registers by red.global.add),
 // slower than 2 in every case measured, was removed on 2026-12-07.
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
@@ -99,7 +100,8 @@ struct Tile {
   static constexpr int ds_off = stage_off + NS * stage_bytes;  // dS^T [ds_bufs][128 keys][128 B]
   static constexpr int ds_bytes = kBC * kBR * 2;
   // Variant 3 reads a pair's dS^T one pair late, while the next pair's is written: 3 buffers.
-  static constexpr int ds_bufs = V == 3 ? 3 : 2;
+  // Variant 9: one (its dS^T writer reads it for dQ before writing the next).
+  static constexpr int ds_bufs = V == 3 ? 3 : V == 9 ? 1 : 2;
   // dQ of a pair in fp32 for the TMA reduction, per buffer (2; variant 3: 1) and
   // dQ-writing consumer (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
   static constexpr int dq_box_bytes = kBR * 128;
@@ -111,7 +113,11 @@ struct Tile {
   static __device__ __forceinline__ uint32_t dq_tile(uint32_t base, int buf, int c) {
     return base + dq_off + (buf * kHalves + c) * dq_cons_bytes;
   }
-  static constexpr int row_off = dq_off + dq_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
+  // Variant 9: P^T of a pair in fp32 from the warpgroup that computes it to the one that computes
+  // dS^T, in the accumulators' thread order: [16 float4][128 threads].
+  static constexpr int p_off = dq_off + dq_bytes;
+  static constexpr int p_bytes = V == 9 ? 16 * 128 * 16 : 0;
+  static constexpr int row_off = p_off + p_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
   static constexpr int misc_off = bar_off + 2 * NS * 8;  // the pair range; per stage its rows' largest doc_start
@@ -131,6 +137,13 @@ __device__ __forceinline__ uint64_t desc_at(uint32_t saddr, uint32_t lbo, uint32
   uint32_t a;
   asm volatile("mov.b32 %0, %1;\n" : "=r"(a) : "r"(saddr));
   return make_desc_sw128(a, lbo, sbo);
+}
+
+// x, opaque to the compiler here: addresses derived from it are computed where they are used, not
+// hoisted out of the pair loop into registers (variant 9's consumers have none to spare).
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
+  return x;
 }
 
 // Keeps register A operands live (unmoved, unreused) up to this point: an asynchronous wgmma reads
@@ -179,6 +192,44 @@ __device__ __forceinline__ void mma_kmajor_rs(float (&acc)[32], const uint32_t (
     const uint32_t koff = (kk / 4) * (64 * 128) + (kk % 4) * 32;
     if (kk < R) wgmma_rs_m64n64k16(acc, ar[kk], desc_plus(db, koff), kk > 0 ? 1 : 0);
     else wgmma_ss_m64n64k16(acc, desc_plus(da, koff), desc_plus(db, koff), 1);
+  }
+}
+
+// dq = dS K[:, 64-column half] over a CTA's 128 keys (one commit group's wgmmas, not committed): A =
+// the dS^T tile at `ds` ([128 keys][64 rows], read transposed), B = the column half of the K tile at
+// `k_half` (MN-major; keys 64h.. in consumer h's rows, KV_WG_BYTES further).
+template <int KV_WG_BYTES>
+__device__ __forceinline__ void mma_dq(float (&dq)[32], uint32_t ds, uint32_t k_half) {
+  const uint64_t d_ds = desc_at(ds, 1024, 1024), d_k = desc_at(k_half, 1024, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBC / 16; ++kk) {
+    const uint32_t koff = (kk / 4) * KV_WG_BYTES + (kk % 4) * (16 * 128);
+    wgmma_ss_m64n64k16_ta_tb(dq, desc_plus(d_ds, kk * (16 * 128)), desc_plus(d_k, koff), kk > 0 ? 1 : 0);
+  }
+}
+
+// x <- P^T = exp2(S^T scale log2e - lse log2e) in place, for one row block of 64 keys from kb0 against a
+// pair's 64 rows from q0 (c_lse, c_lo: the rows' lse and document starts; t: this thread's quad lane).
+// Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). Masked (causal, documents, keys
+// past S) unless every row sees every key: all keys before the first row, and the rows' largest
+// document start (lo_max, from the producer's row warp) at or before the first key.
+__device__ __forceinline__ void probabilities_t(float (&x)[32], const float* c_lse, const int* c_lo, int q0, int kb0,
+                                                int key0, int lo_max, int S, float scale_log2, int t) {
+  if (kb0 + 63 < q0 && lo_max <= kb0) {
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        x[4 * nn + e] = fast_exp2(x[4 * nn + e] * scale_log2 - c_lse[8 * nn + 2 * t + (e & 1)] * kLog2e);
+  } else {
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = 8 * nn + 2 * t + (e & 1), i = q0 + qc, j = key0 + 8 * (e / 2);
+        const bool ok = j >= c_lo[qc] && j <= i && j < S;
+        x[4 * nn + e] = ok ? fast_exp2(x[4 * nn + e] * scale_log2 - c_lse[qc] * kLog2e) : 0.f;
+      }
   }
 }
 
@@ -274,6 +325,263 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
   }
 }
 
+// Variant 9's consumers: split by product rather than by keys. Both warpgroups see all 128 keys of the
+// block (two row blocks of 64: two m64 wgmmas per product). Warpgroup 1 (`pw`) holds dV and computes
+// S^T = K Q^T, P^T and dV += P^T dO; warpgroup 2 (`dw`) holds dK and computes dP^T = V dO^T,
+// dS^T = P^T (dP^T - dsum) (P^T from pw through shared memory, fp32 in its accumulator order: the two
+// warpgroups' accumulators map threads to elements alike), dK += dS^T Q and all of dQ = dS K (dS^T
+// from its own shared tile). pw runs a pair ahead: in pair n's turn it issues S^T(n + 1) and dV(n),
+// computes P^T(n + 1) (its exponentials) while dV(n) and dw's products of pair n run, and hands
+// P^T(n + 1) over; so the exponentials, which stall both consumers together in variants 2-7, run
+// under GEMMs. Registers at their peaks: pw dV 128 + P^T(n) as A operand 32 + S^T(n + 1) 64; dw dK
+// 128 + dS^T as A operand 32 + dQ 64. Named barriers: kPFull (pw arrives once P^T(n) is stored, dw
+// syncs before reading it), kPEmpty (dw arrives once it has read it, pw syncs before storing the
+// next), kDwBar (dw's 128 threads: its dS^T stored / its dQ tile stored). Each warp arrives on a
+// stage's `empty` once its products reading it are done (4 + 4 = the 8 arrivals expected).
+constexpr int kPFull = 6, kPEmpty = 7, kDwBar = 8;
+template <int D, int NS, typename Walk>
+__device__ __forceinline__ void consume_split(const Params& p, const Walk& walk, uint32_t base, unsigned char* smem,
+                                              uint32_t full_bar, uint32_t empty_bar, const CUtensorMap* tdq, int k0,
+                                              int hk, int c, int wtid) {
+  using T = Tile<D, NS, 9>;
+  constexpr int H = T::kHalves;
+  const int S = p.Sq, lane = wtid % 32, wi = wtid / 32, g = lane / 4, t = lane % 4;
+  const int jl = 16 * wi + g;  // this thread's key rows within a row block of 64: jl, jl + 8
+  const int* s_misc = reinterpret_cast<const int*>(smem + T::misc_off);
+  auto stage_q = [&](int s) { return base + T::stage_off + s * T::stage_bytes; };
+  auto rows = [&](int s) { return reinterpret_cast<const float*>(smem + T::row_off + s * T::row_bytes); };
+  auto release = [&](int s) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+  };
+  const uint32_t sp = base + T::p_off + 16 * wtid;  // this thread's float4 j at sp + j * 2048
+  const uint32_t sds = base + T::ds_off;
+  const int64_t kv_row = int64_t(p.Hkv) * D;
+  // The block's 128 keys' gradient rows (dV in pw, dK times scale in dw) in bf16: element 4n + e of
+  // row block h, half hh is key k0 + 64h + jl + 8 (e / 2), column 64hh + 8n + 2t + (e & 1).
+  auto write_rows = [&](float (&acc)[2][H][32], __nv_bfloat16* out, float mul) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int j = k0 + 64 * h + jl + 8 * hf;
+        if (j >= S) continue;
+        const int64_t off = int64_t(j) * kv_row + int64_t(hk) * D + 2 * t;
+#pragma unroll
+        for (int hh = 0; hh < H; ++hh)
+#pragma unroll
+          for (int nn = 0; nn < 8; ++nn)
+            *reinterpret_cast<uint32_t*>(out + off + 64 * hh + 8 * nn) =
+                pack_bf16(acc[h][hh][4 * nn + 2 * hf] * mul, acc[h][hh][4 * nn + 2 * hf + 1] * mul);
+      }
+  };
+  float acc[2][H][32];  // dV (pw) or dK (dw)
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int hh = 0; hh < H; ++hh)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc[h][hh][i] = 0.f;
+  float sc[2][32];  // pw: S^T, then P^T; dw: dP^T, then dS^T
+  uint32_t fa[2][4][4];  // the bf16 A operand of dV (P^T) or dK (dS^T)
+  auto pack_a = [&] {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) fa[h][kk][x] = pack_bf16(sc[h][8 * kk + 2 * x], sc[h][8 * kk + 2 * x + 1]);
+  };
+  auto fence_acc = [&] {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int hh = 0; hh < H; ++hh) fence_regs(acc[h][hh]);
+  };
+  auto fence_fa = [&] {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) fence_a(fa[h]);
+  };
+  // acc[h][hh] += fa[h] B, B the stage's tile at `b` read MN-major (dO for dV, Q for dK): one commit group.
+  auto issue_grad = [&](uint32_t b) {
+    fence_acc();
+    wgmma_fence();
+    const uint64_t db = desc_at(b, 1024, 1024);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int hh = 0; hh < H; ++hh)
+          wgmma_rs_m64n64k16_tb(acc[h][hh], fa[h][kk], desc_plus(db, hh * (kBR * 128) + kk * (16 * 128)), 1);
+    wgmma_commit();
+  };
+  // sc[h] = (K or V rows of row block h) (Q or dO)^T: one commit group.
+  auto issue_scores = [&](uint32_t kv, uint32_t qo) {
+    wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mma_kmajor<D>(sc[h], kv + h * T::kv_wg_bytes, qo);
+    wgmma_commit();
+  };
+
+  if (c == 0) {
+    // ---- pw: S^T, P^T, dV; a pair ahead of dw ----
+    // P^T of the pair in stage s (query rows from q0) from S^T in sc, masked unless every row sees
+    // every key of the row block; stored for dw once it has read the previous one (`wait_empty`).
+    auto probabilities = [&](int s, int q0, bool wait_empty) {
+      const float* c_lse = rows(s);
+      const int* c_lo = reinterpret_cast<const int*>(c_lse + 2 * kBR);
+      fence_regs(sc[0]);
+      fence_regs(sc[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        probabilities_t(sc[h], c_lse, c_lo, q0, k0 + 64 * h, k0 + 64 * h + jl, s_misc[1 + s], S, p.scale_log2, t);
+      named_barrier_sync_if(wait_empty, kPEmpty, 256);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t a = sp + (h * 8 + j) * 2048;
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "f"(sc[h][4 * j]), "f"(sc[h][4 * j + 1]),
+                       "f"(sc[h][4 * j + 2]), "f"(sc[h][4 * j + 3])
+                       : "memory");
+        }
+      named_barrier_arrive(kPFull, 256);
+    };
+    const uint32_t sk = base + T::k_off;
+    // Visiting pair n: dV(n - 1), then S^T(n) and P^T(n), handed over to dw and packed as the next
+    // dV's A operand; after the walk, the last pair's dV.
+    int n_pairs = 0;
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, sp0 = (n + NS - 1) % NS;
+      mbar_wait(full_bar + 8 * s, (n / NS) & 1);
+      // dV(n - 1) before S^T(n), not under it: the A operand of one and the accumulators of the other
+      // would not fit the registers together with dV. dw's products run meanwhile.
+      if (n > 0) {
+        issue_grad(stage_q(sp0) + T::q_tile_bytes);  // dV += P^T(n - 1) dO(n - 1)
+        wgmma_wait<0>();
+        fence_fa();
+        fence_acc();
+        release(sp0);
+      }
+      issue_scores(sk, stage_q(s));  // S^T(n)
+      wgmma_wait<0>();
+      probabilities(s, pr.qb * kBR, n > 0);
+      pack_a();
+      n_pairs = n + 1;
+    });
+    if (n_pairs > 0) {
+      issue_grad(stage_q((n_pairs - 1) % NS) + T::q_tile_bytes);
+      wgmma_wait<0>();
+      fence_fa();
+      fence_acc();
+      release((n_pairs - 1) % NS);
+      named_barrier_sync(kPEmpty, 256);  // dw's arrival for the last pair
+    }
+    write_rows(acc, p.dv, 1.f);
+  } else {
+    // ---- dw: dP^T, dS^T, dK, dQ ----
+    const uint32_t sv = base + T::v_off;
+    float dq[32];
+    walk([&](const Pair& pr, int n) {
+      const int s = n % NS, round = n / NS;
+      const float* c_ds = rows(s) + kBR;
+      mbar_wait(full_bar + 8 * s, round & 1);
+      issue_scores(sv, stage_q(s) + T::q_tile_bytes);  // dP^T = V dO^T
+      wgmma_wait<0>();
+      fence_regs(sc[0]);
+      fence_regs(sc[1]);
+      named_barrier_sync(kPFull, 256);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          float pv[4];
+          const uint32_t a = sp + (h * 8 + j) * 2048;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(pv[0]), "=f"(pv[1]), "=f"(pv[2]), "=f"(pv[3])
+                       : "r"(a)
+                       : "memory");
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = 4 * j + e;  // element 4 nn + e' with nn = j
+            sc[h][i] = pv[e] * (sc[h][i] - c_ds[8 * j + 2 * t + (e & 1)]);
+          }
+        }
+      named_barrier_arrive(kPEmpty, 256);
+      pack_a();
+      // dS^T (bf16) to the shared tile [128 keys][64 rows] for dQ (as variants 2-7 store it); its rows
+      // 64h + jl + 8 (x & 1) share jl's swizzle phase g.
+      {
+        const uint32_t row = opaque_u32(sds + jl * 128 + 4 * t), ph = opaque_u32(g);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              const uint32_t a = row + (64 * h + 8 * (x & 1)) * 128 + (((2 * kk + x / 2) ^ ph) << 4);
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(fa[h][kk][x]) : "memory");
+            }
+      }
+      fence_proxy_async();
+      if (wtid == 0) bulk_wait_group_read<0>();  // the previous pair's reduction has read the dQ tile
+      named_barrier_sync(kDwBar, 128);           // and every thread's dS^T is in its tile
+      // dQ[:, 64cc .. 64cc + 63] = dS K over the 128 keys (A = the dS^T tile read transposed), one
+      // half at a time (32 registers), the first before dK and stored while dK runs.
+      auto issue_dq_half = [&](int cc) {
+        wgmma_fence();
+        mma_dq<T::kv_wg_bytes>(dq, sds, base + T::k_off + cc * (64 * 128));
+        wgmma_commit();
+      };
+      auto store_dq_half = [&](int cc) {
+        fence_regs(dq);
+        const uint32_t row = opaque_u32(T::dq_tile(base, 0, cc) + jl * 128 + 8 * (t & 1)), ph = opaque_u32(g);
+#pragma unroll
+        for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf)
+            st_shared_v2_f32(row + (nn / 4) * T::dq_box_bytes + 8 * hf * 128 + (((2 * (nn % 4) + t / 2) ^ ph) << 4),
+                             dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
+      };
+      issue_dq_half(0);
+      issue_grad(stage_q(s));  // dK += dS^T Q
+      wgmma_wait<1>();         // dQ's first half done; dK may run
+      store_dq_half(0);
+      if constexpr (H == 2) {
+        issue_dq_half(1);
+        wgmma_wait<1>();  // dK done: the stage is free
+        fence_fa();
+        fence_acc();
+        release(s);
+        wgmma_wait<0>();
+        store_dq_half(1);
+      } else {
+        wgmma_wait<0>();
+        fence_fa();
+        fence_acc();
+        release(s);
+      }
+      // The dQ tile (one buffer: the previous reduction has read it, waited for before the barrier
+      // after the dS^T stores) to dq_acc by one thread.
+      fence_proxy_async();
+      named_barrier_sync(kDwBar, 128);
+      if (wtid == 0) {
+#pragma unroll
+        for (int cc = 0; cc < H; ++cc) {
+          const uint32_t sdq = T::dq_tile(base, 0, cc);
+          tma_reduce_add_3d(tdq, 64 * cc, pr.h, pr.qb * kBR, sdq);
+          tma_reduce_add_3d(tdq, 64 * cc + 32, pr.h, pr.qb * kBR, sdq + T::dq_box_bytes);
+        }
+        bulk_commit_group();
+      }
+      __syncwarp();
+    });
+    if (wtid == 0) bulk_wait_group<0>();
+    write_rows(acc, p.dk, p.scale);
+  }
+}
+
 // One CTA of the backward. Variant 2 (tq, tdo, tdq: tensor maps of Q, dO and dq_acc): TMA producer
 // (produce_tma) and dQ through shared memory by TMA reductions; 3: 2 with the consumers coupled one
 // pair late. DET (variant 3 only): the dQ reductions into each (query head, 64-row block, column
@@ -284,7 +592,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, NS, V>;
-  static_assert(V == 2 || V == 3, "variants 2 and 3 (and 4-7, built on 2)");
+  static_assert(V == 2 || V == 3 || V == 9, "variants 2 and 3 (and 4-7, built on 2), 9");
   static_assert(!EDV || V == 2, "the early dV (variant 5) is built on variant 2's loop");
   static_assert(!PIPE || (V == 2 && !DET), "the pipelined dQ output (variant 6) is built on variant 2's loop");
   static_assert(!DQW || (V == 2 && !DET && !PIPE), "the dQ writer warp (variant 7) is built on variant 2's loop");
@@ -368,6 +676,10 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 
   // ---------------- consumers ----------------
   setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (V == 9) {
+    consume_split<D, NS>(p, walk, base, smem, full_bar, empty_bar, tdq, k0, hk, wg - 1, wtid);
+    return;
+  } else {
   const int c = wg - 1, wi = wtid / 32, g = lane / 4, t = lane % 4;
   const uint32_t sk = base + T::k_off + c * T::kv_wg_bytes, sv = base + T::v_off + c * T::kv_wg_bytes;
   const int jl = 16 * wi + g;        // this thread's key rows within the consumer's 64: jl, jl + 8
@@ -421,7 +733,9 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     fence_regs(st);
     // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). No mask
     // where every row of the pair sees every key of this consumer (all keys before the first row, the
-    // rows' largest document start, from the row warp, at or before the first key).
+    // rows' largest document start, from the row warp, at or before the first key). (probabilities_t
+    // is this code; calling it here changed the instruction schedule of variants 2-7, whose
+    // measurements stand for the SASS they have.)
     const bool visible = k0 + 64 * c + 63 < q0 && s_misc[1 + s] <= k0 + 64 * c;
     if (visible) {
 #pragma unroll
@@ -512,14 +826,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
   // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile `buf` read transposed), one commit
   // group; d = 64: consumer 0 only.
   auto issue_dq = [&](float (&dq)[32], int buf) {
-    const uint32_t sds = base + T::ds_off + buf * T::ds_bytes;
     wgmma_fence();
-    const uint64_t d_ds = desc_at(sds, 1024, 1024), d_k = desc_at(base + T::k_off + c * (64 * 128), 1024, 1024);
-#pragma unroll
-    for (int kk = 0; kk < kBC / 16; ++kk) {
-      const uint32_t koff = (kk / 4) * T::kv_wg_bytes + (kk % 4) * (16 * 128);
-      wgmma_ss_m64n64k16_ta_tb(dq, desc_plus(d_ds, kk * (16 * 128)), desc_plus(d_k, koff), kk > 0 ? 1 : 0);
-    }
+    mma_dq<T::kv_wg_bytes>(dq, base + T::ds_off + buf * T::ds_bytes, base + T::k_off + c * (64 * 128));
     wgmma_commit();
   };
   // After the wait for the dV / dK group: this warp is done with stage s.
@@ -755,6 +1063,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
             pack_bf16(dv[hh][4 * nn + 2 * hf], dv[hh][4 * nn + 2 * hf + 1]);
       }
   }
+  }
 #else
   __trap();  // built only for sm_90a; the host side refuses other devices
 #endif
@@ -794,7 +1103,10 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
   if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, true>;
   if (variant == 7)
     kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, false, true>;
-  const size_t smem = variant == 3 ? Tile<D, kStages, 3>::smem_bytes : Tile<D, kStages, 2>::smem_bytes;
+  if (variant == 9) kernel = hopper_attention_backward_tma_kernel<D, kStages, 9, false>;
+  const size_t smem = variant == 3   ? Tile<D, kStages, 3>::smem_bytes
+                      : variant == 9 ? Tile<D, kStages, 9>::smem_bytes
+                                     : Tile<D, kStages, 2>::smem_bytes;
   const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
   const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
   const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
@@ -822,8 +1134,9 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
   ULY_CHECK(variant != 1, op << ": variant 1 was removed (2026-12-07; variant 2, with TMA loads, was faster in "
-                                  "every case measured); ask for 2 to 7");
-  ULY_CHECK(variant >= 2 && variant <= 7, op << ": variant " << variant << " (there are 2 to 7)");
+                                  "every case measured); ask for 2 to 7 or 9");
+  ULY_CHECK((variant >= 2 && variant <= 7) || variant == 9,
+            op << ": variant " << variant << " (there are 2 to 7 and 9)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;
