@@ -330,11 +330,11 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // S^T = K Q^T, P^T and dV += P^T dO; warpgroup 2 (`dw`) holds dK and computes dP^T = V dO^T,
 // dS^T = P^T (dP^T - dsum) (P^T from pw through shared memory, fp32 in its accumulator order: the two
 // warpgroups' accumulators map threads to elements alike), dK += dS^T Q and all of dQ = dS K (dS^T
-// from its own shared tile). pw runs a pair ahead: in pair n's turn it issues S^T(n + 1) and dV(n),
-// computes P^T(n + 1) (its exponentials) while dV(n) and dw's products of pair n run, and hands
-// P^T(n + 1) over; so the exponentials, which stall both consumers together in variants 2-7, run
-// under GEMMs. Registers at their peaks: pw dV 128 + P^T(n) as A operand 32 + S^T(n + 1) 64; dw dK
-// 128 + dS^T as A operand 32 + dQ 64. Named barriers: kPFull (pw arrives once P^T(n) is stored, dw
+// from its own shared tile). pw runs about a pair ahead: per pair it issues dV(n - 1), then S^T(n),
+// computes P^T(n) (its exponentials) while dw's products of pair n - 1 run, and hands P^T(n) over; so
+// the exponentials, which stall both consumers together in variants 2-7, run under GEMMs. Registers
+// at their peaks: pw dV 128 + S^T 64 (P^T's A operand, 32, only while dV runs, before S^T); dw dK 128
+// + dS^T as A operand 32 + one half of dQ 32. Named barriers: kPFull (pw arrives once P^T(n) is stored, dw
 // syncs before reading it), kPEmpty (dw arrives once it has read it, pw syncs before storing the
 // next), kDwBar (dw's 128 threads: its dS^T stored / its dQ tile stored). Each warp arrives on a
 // stage's `empty` once its products reading it are done (4 + 4 = the 8 arrivals expected).
