@@ -260,9 +260,7 @@ int run_plan(int argc, char** argv) {
   // that the step planned (and timed) is the one they run. (Until 2026-12-07 only --time resolved it:
   // the memory plan took auto as off and under-counted a checkpointed step that bench ran with it.)
   if (engine.keep_attention == KeepAttention::Auto && req.options.checkpoint) {
-    PlanRequest keep = req;
-    keep.options.keep_attention = true;
-    if (plan_misfit(keep, plan_step_memory(keep), budgets.device, budgets.host).empty()) req = keep;
+    if (keep_attention_fits(req, budgets.device, budgets.host)) req.options.keep_attention = true;
     std::cout << "--keep-attention auto: " << (req.options.keep_attention ? "on" : "off") << " [" << budgets.text()
               << "]\n";
   }

@@ -122,14 +122,12 @@ Engine::Plan Engine::plan(const ModelConfig& model, int64_t seq_len, int64_t doc
   const size_t device_budget = config_.device_limit > 0 ? config_.device_limit : backend_->device_memory_available();
   const size_t host_budget = host_memory_available();
   if (config_.keep_attention == KeepAttention::Auto && req.options.checkpoint) {
-    PlanRequest keep = req;
-    keep.options.keep_attention = true;
-    const MemorySnapshot with_keep = plan_step_memory(keep);
-    const bool fits = with_keep.device.peak <= device_budget && with_keep.host.peak <= host_budget;
+    size_t need = 0;
+    const bool fits = keep_attention_fits(req, device_budget, host_budget, &need);
     if (world_.rank() == 0)
       ULY_INFO((config_.spelling == OptionSpelling::Flags ? "--keep-attention" : "memory.keep_attention")
                << " auto: " << (fits ? "on" : "off") << " (the step with it needs "
-                                       << format_bytes(with_keep.device.peak) << " of "
+                                       << format_bytes(need) << " of "
                                        << format_bytes(device_budget) << ")");
     if (fits) req.options.keep_attention = config_.memory.keep_attention = true;
   }

@@ -291,6 +291,15 @@ int64_t max_sequence(PlanRequest req, size_t device_budget, size_t host_budget, 
   return lo * unit;
 }
 
+bool keep_attention_fits(const PlanRequest& r, size_t device_available, size_t host_available,
+                         size_t* device_peak) {
+  PlanRequest keep = r;
+  keep.options.keep_attention = true;
+  const MemorySnapshot m = plan_step_memory(keep);
+  if (device_peak) *device_peak = m.device.peak;
+  return m.device.peak <= device_available && m.host.peak <= host_available;
+}
+
 std::string plan_misfit(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
                         size_t host_available, OptionSpelling spelling) {
   const bool device_ok = planned.device.peak <= device_available;

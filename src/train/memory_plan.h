@@ -87,6 +87,11 @@ enum class OptionSpelling { Flags, TrainKeys };
 std::string plan_misfit(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
                         size_t host_available, OptionSpelling spelling = OptionSpelling::Flags);
 
+// keep-attention auto's rule (Engine::plan, and ulysses plan): whether the step of `r` with each
+// layer's attention output kept fits both budgets; `device_peak`: that step's planned device peak.
+bool keep_attention_fits(const PlanRequest& r, size_t device_available, size_t host_available,
+                         size_t* device_peak = nullptr);
+
 // Throws plan_misfit's sentence, with where to see the plan per pool, when the step does not fit.
 void check_plan_fits(const PlanRequest& r, const MemorySnapshot& planned, size_t device_available,
                      size_t host_available, OptionSpelling spelling = OptionSpelling::Flags);

@@ -5,10 +5,11 @@
 // 32/8, 8/8), single and packed documents, sliding windows, d 128 and 64, for each variant (2: TMA
 // loads and TMA-reduced dQ; 3: 2 with consumers coupled one pair late; 4: 2 with K and V in registers
 // at d 64; 5: 4 with dV issued early; 6: 5 with the dQ output pipelined; 7: 5 with the dQ reductions
-// issued by a producer warp). Outputs and the workspace are poisoned before every run (an unwritten
-// element fails as NaN); the Hopper backward runs twice on a dirty workspace.
+// issued by a producer warp; 9: consumers split by product). Outputs and the workspace are poisoned
+// before every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty
+// workspace.
 // Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
-// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=2, 3, 5, 6 or 7) through the Backend
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=2, 3, 5, 6, 7 or 9) through the Backend
 // interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

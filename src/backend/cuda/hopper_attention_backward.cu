@@ -680,389 +680,390 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
     consume_split<D, NS>(p, walk, base, smem, full_bar, empty_bar, tdq, k0, hk, wg - 1, wtid);
     return;
   } else {
-  const int c = wg - 1, wi = wtid / 32, g = lane / 4, t = lane % 4;
-  const uint32_t sk = base + T::k_off + c * T::kv_wg_bytes, sv = base + T::v_off + c * T::kv_wg_bytes;
-  const int jl = 16 * wi + g;        // this thread's key rows within the consumer's 64: jl, jl + 8
-  const int key0 = k0 + 64 * c + jl;  // their global indices: key0, key0 + 8
+    const int c = wg - 1, wi = wtid / 32, g = lane / 4, t = lane % 4;
+    const uint32_t sk = base + T::k_off + c * T::kv_wg_bytes, sv = base + T::v_off + c * T::kv_wg_bytes;
+    const int jl = 16 * wi + g;        // this thread's key rows within the consumer's 64: jl, jl + 8
+    const int key0 = k0 + 64 * c + jl;  // their global indices: key0, key0 + 8
 
-  float dk[T::kHalves][32], dv[T::kHalves][32];
+    float dk[T::kHalves][32], dv[T::kHalves][32];
 #pragma unroll
-  for (int hh = 0; hh < T::kHalves; ++hh)
+    for (int hh = 0; hh < T::kHalves; ++hh)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) dk[hh][i] = dv[hh][i] = 0.f;
-  float st[32], dpt[32];  // S^T, then P^T; dP^T, then dS^T
-  uint32_t pa[4][4], sa[4][4];
-  // KREG_STEPS > 0 (variant 4): this consumer's K and V rows held as the register A operands of S^T = K Q^T and
-  // dP^T = V dO^T for the first KREG_STEPS k-steps, loaded once (ldmatrix from the swizzled tile: lane l
-  // gives row 16 wi + l % 16, 16-byte chunk 2 (kk % 4) + l / 16 of half kk / 4, which is the m16n8k16
-  // A fragment of the warp's 16 rows); those steps then read only Q, dO from shared memory, half the
-  // operand bytes of the SS form. d 64: all 4 steps (32 registers). d 128: none (even two steps of K
-  // alone made ptxas spill, its consumers have no registers to spare), so variant 4 is variant 2 there.
-  constexpr int kKreg = KREG_STEPS;
-  uint32_t kreg[kKreg > 0 ? kKreg : 1][4], vreg[kKreg > 0 ? kKreg : 1][4];
+      for (int i = 0; i < 32; ++i) dk[hh][i] = dv[hh][i] = 0.f;
+    float st[32], dpt[32];  // S^T, then P^T; dP^T, then dS^T
+    uint32_t pa[4][4], sa[4][4];
+    // KREG_STEPS > 0 (variant 4): this consumer's K and V rows held as the register A operands of S^T = K Q^T and
+    // dP^T = V dO^T for the first KREG_STEPS k-steps, loaded once (ldmatrix from the swizzled tile: lane l
+    // gives row 16 wi + l % 16, 16-byte chunk 2 (kk % 4) + l / 16 of half kk / 4, which is the m16n8k16
+    // A fragment of the warp's 16 rows); those steps then read only Q, dO from shared memory, half the
+    // operand bytes of the SS form. d 64: all 4 steps (32 registers). d 128: none (even two steps of K
+    // alone made ptxas spill, its consumers have no registers to spare), so variant 4 is variant 2 there.
+    constexpr int kKreg = KREG_STEPS;
+    uint32_t kreg[kKreg > 0 ? kKreg : 1][4], vreg[kKreg > 0 ? kKreg : 1][4];
 #pragma unroll
-  for (int kk = 0; kk < kKreg; ++kk) {
-    const uint32_t off = (kk / 4) * (64 * 128) + sw128(16 * wi + (lane & 15), 2 * (kk % 4) + (lane >> 4));
-    ldsm_x4_at(kreg[kk], sk + off);
-    ldsm_x4_at(vreg[kk], sv + off);
-  }
-
-  auto stage_q = [&](int s) { return base + T::stage_off + s * T::stage_bytes; };
-  // S^T = K Q^T and dP^T = V dO^T of the pair in stage s (64 keys x 64 rows each), two commit groups.
-  auto issue_scores = [&](int s) {
-    wgmma_fence();
-    if constexpr (kKreg > 0) {
-      mma_kmajor_rs<D, kKreg>(st, kreg, sk, stage_q(s));
-      wgmma_commit();
-      mma_kmajor_rs<D, kKreg>(dpt, vreg, sv, stage_q(s) + T::q_tile_bytes);
-    } else {
-      mma_kmajor<D>(st, sk, stage_q(s));
-      wgmma_commit();
-      mma_kmajor<D>(dpt, sv, stage_q(s) + T::q_tile_bytes);
+    for (int kk = 0; kk < kKreg; ++kk) {
+      const uint32_t off = (kk / 4) * (64 * 128) + sw128(16 * wi + (lane & 15), 2 * (kk % 4) + (lane >> 4));
+      ldsm_x4_at(kreg[kk], sk + off);
+      ldsm_x4_at(vreg[kk], sv + off);
     }
-    wgmma_commit();
-  };
-  // From the scores in flight (exactly their two groups outstanding) to dV, dK issued (one commit
-  // group; EDV: two, dV's first) and this consumer's dS^T in the shared tile `buf`, both consumers met
-  // at the barrier.
-  auto gradients = [&](int s, int q0, int buf) {
-    const float* c_lse = reinterpret_cast<const float*>(smem + T::row_off + s * T::row_bytes);
-    const float* c_ds = c_lse + kBR;
-    const int* c_lo = reinterpret_cast<const int*>(c_lse + 2 * kBR);
-    wgmma_wait<1>();  // S^T (the older group) done: P^T is computed while dP^T runs
-    fence_regs(st);
-    // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). No mask
-    // where every row of the pair sees every key of this consumer (all keys before the first row, the
-    // rows' largest document start, from the row warp, at or before the first key). (probabilities_t
-    // is this code; calling it here changed the instruction schedule of variants 2-7, whose
-    // measurements stand for the SASS they have.)
-    const bool visible = k0 + 64 * c + 63 < q0 && s_misc[1 + s] <= k0 + 64 * c;
-    if (visible) {
+
+    auto stage_q = [&](int s) { return base + T::stage_off + s * T::stage_bytes; };
+    // S^T = K Q^T and dP^T = V dO^T of the pair in stage s (64 keys x 64 rows each), two commit groups.
+    auto issue_scores = [&](int s) {
+      wgmma_fence();
+      if constexpr (kKreg > 0) {
+        mma_kmajor_rs<D, kKreg>(st, kreg, sk, stage_q(s));
+        wgmma_commit();
+        mma_kmajor_rs<D, kKreg>(dpt, vreg, sv, stage_q(s) + T::q_tile_bytes);
+      } else {
+        mma_kmajor<D>(st, sk, stage_q(s));
+        wgmma_commit();
+        mma_kmajor<D>(dpt, sv, stage_q(s) + T::q_tile_bytes);
+      }
+      wgmma_commit();
+    };
+    // From the scores in flight (exactly their two groups outstanding) to dV, dK issued (one commit
+    // group; EDV: two, dV's first) and this consumer's dS^T in the shared tile `buf`, both consumers met
+    // at the barrier.
+    auto gradients = [&](int s, int q0, int buf) {
+      const float* c_lse = reinterpret_cast<const float*>(smem + T::row_off + s * T::row_bytes);
+      const float* c_ds = c_lse + kBR;
+      const int* c_lo = reinterpret_cast<const int*>(c_lse + 2 * kBR);
+      wgmma_wait<1>();  // S^T (the older group) done: P^T is computed while dP^T runs
+      fence_regs(st);
+      // st <- P^T (masked). Element 4n + e: key key0 + 8 (e / 2), row q0 + 8n + 2t + (e & 1). No mask
+      // where every row of the pair sees every key of this consumer (all keys before the first row, the
+      // rows' largest document start, from the row warp, at or before the first key). (probabilities_t
+      // is this code; calling it here changed the instruction schedule of variants 2-7, whose
+      // measurements stand for the SASS they have.)
+      const bool visible = k0 + 64 * c + 63 < q0 && s_misc[1 + s] <= k0 + 64 * c;
+      if (visible) {
+#pragma unroll
+        for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            st[4 * nn + e] = fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[8 * nn + 2 * t + (e & 1)] * kLog2e);
+      } else {
+#pragma unroll
+        for (int nn = 0; nn < 8; ++nn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qc = 8 * nn + 2 * t + (e & 1), i = q0 + qc, j = key0 + 8 * (e / 2);
+            const bool ok = j >= c_lo[qc] && j <= i && j < S;
+            st[4 * nn + e] = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
+          }
+      }
+      // dV += P^T dO, dK += dS^T Q (B operands MN-major: rows of the tile are the k dimension).
+      const uint32_t sq = stage_q(s), so = sq + T::q_tile_bytes;
+      auto pack_p = [&] {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) pa[kk][x] = pack_bf16(st[8 * kk + 2 * x], st[8 * kk + 2 * x + 1]);
+      };
+      if constexpr (EDV) {
+        // Variant 5: dV needs only P^T, so its wgmmas (own commit group) go now and run while this
+        // thread waits for dP^T and computes dS^T, which otherwise leaves the tensor cores idle.
+        pack_p();
+#pragma unroll
+        for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(dv[hh]);
+        wgmma_fence();
+        const uint64_t d_do = desc_at(so, 1024, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int hh = 0; hh < T::kHalves; ++hh)
+            wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_plus(d_do, hh * (kBR * 128) + kk * (16 * 128)), 1);
+        wgmma_commit();
+        wgmma_wait<1>();  // dP^T (the older group) done; dV may still run
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_regs(dpt);
+      // dpt <- dS^T = P^T (dP^T - dsum).
 #pragma unroll
       for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          st[4 * nn + e] = fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[8 * nn + 2 * t + (e & 1)] * kLog2e);
-    } else {
+          dpt[4 * nn + e] = st[4 * nn + e] * (dpt[4 * nn + e] - c_ds[8 * nn + 2 * t + (e & 1)]);
+      if constexpr (!EDV) pack_p();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) sa[kk][x] = pack_bf16(dpt[8 * kk + 2 * x], dpt[8 * kk + 2 * x + 1]);
+
+#pragma unroll
+      for (int hh = 0; hh < T::kHalves; ++hh) {
+        if constexpr (!EDV) fence_regs(dv[hh]);
+        fence_regs(dk[hh]);
+      }
+      wgmma_fence();
+      const uint64_t d_q = desc_at(sq, 1024, 1024), d_o = desc_at(so, 1024, 1024);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int hh = 0; hh < T::kHalves; ++hh) {
+          const uint32_t boff = hh * (kBR * 128) + kk * (16 * 128);
+          if constexpr (!EDV) wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_plus(d_o, boff), 1);
+          wgmma_rs_m64n64k16_tb(dk[hh], sa[kk], desc_plus(d_q, boff), 1);
+        }
+      wgmma_commit();
+
+      // dS^T (bf16) to the shared tile [128 keys][64 rows]: sa[kk][x] holds key row jl + 8 (x & 1),
+      // rows 16kk + 8 (x / 2) + 2t, +1 (chunk 2kk + x / 2, bytes 4t..4t+3).
+      const uint32_t sds = base + T::ds_off + buf * T::ds_bytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const uint32_t a = sds + sw128(64 * c + jl + 8 * (x & 1), 2 * kk + x / 2) + 4 * t;
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(sa[kk][x]) : "memory");
+        }
+      fence_proxy_async();
+      // Variants 1, 2: both consumers' dS^T written (and, two pairs back, read). Variant 3 signals its
+      // half on ready_bar later and reads the pair's dS^T one pair late.
+      if constexpr (V < 3) named_barrier_sync(1, 256);
+    };
+    // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile `buf` read transposed), one commit
+    // group; d = 64: consumer 0 only.
+    auto issue_dq = [&](float (&dq)[32], int buf) {
+      wgmma_fence();
+      mma_dq<T::kv_wg_bytes>(dq, base + T::ds_off + buf * T::ds_bytes, base + T::k_off + c * (64 * 128));
+      wgmma_commit();
+    };
+    // After the wait for the dV / dK group: this warp is done with stage s.
+    auto release_stage = [&](int s) {
+      fence_a(pa);  // the dK / dV wgmmas read them until the wait
+      fence_a(sa);
+#pragma unroll
+      for (int hh = 0; hh < T::kHalves; ++hh) {
+        fence_regs(dv[hh]);
+        fence_regs(dk[hh]);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+    };
+    // dQ of the pair in stage s from the dS^T tile `buf` into dq (done on return), the stage released once
+    // the dV / dK group is done (dQ reads only dS and K).
+    auto dq_product = [&](float (&dq)[32], int s, int buf) {
+      issue_dq(dq, buf);
+      wgmma_wait<1>();  // dV, dK done: the stage is free while dQ runs
+      release_stage(s);
+      wgmma_wait<0>();
+    };
+    // This thread's dQ (done) into the shared tile at `sdq` as two 128-byte-swizzled boxes of 32 columns
+    // (column 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), fenced to the
+    // async proxy for the TMA reduction that reads it.
+    // Consumer c's dQ tile in buffer `buf` (variant 2 and its descendants: 2 buffers; 3: 1).
+    auto dq_tile = [&](int buf) { return T::dq_tile(base, buf, c); };
+    auto store_dq_tile = [&](const float (&dq)[32], uint32_t sdq) {
 #pragma unroll
       for (int nn = 0; nn < 8; ++nn)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qc = 8 * nn + 2 * t + (e & 1), i = q0 + qc, j = key0 + 8 * (e / 2);
-          const bool ok = j >= c_lo[qc] && j <= i && j < S;
-          st[4 * nn + e] = ok ? fast_exp2(st[4 * nn + e] * p.scale_log2 - c_lse[qc] * kLog2e) : 0.f;
-        }
-    }
-    // dV += P^T dO, dK += dS^T Q (B operands MN-major: rows of the tile are the k dimension).
-    const uint32_t sq = stage_q(s), so = sq + T::q_tile_bytes;
-    auto pack_p = [&] {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) pa[kk][x] = pack_bf16(st[8 * kk + 2 * x], st[8 * kk + 2 * x + 1]);
+        for (int hf = 0; hf < 2; ++hf)
+          st_shared_v2_f32(sdq + (nn / 4) * T::dq_box_bytes + sw128(jl + 8 * hf, 2 * (nn % 4) + t / 2) + 8 * (t & 1),
+                           dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
+      fence_proxy_async();
     };
-    if constexpr (EDV) {
-      // Variant 5: dV needs only P^T, so its wgmmas (own commit group) go now and run while this
-      // thread waits for dP^T and computes dS^T, which otherwise leaves the tensor cores idle.
-      pack_p();
-#pragma unroll
-      for (int hh = 0; hh < T::kHalves; ++hh) fence_regs(dv[hh]);
-      wgmma_fence();
-      const uint64_t d_do = desc_at(so, 1024, 1024);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int hh = 0; hh < T::kHalves; ++hh)
-          wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_plus(d_do, hh * (kBR * 128) + kk * (16 * 128)), 1);
-      wgmma_commit();
-      wgmma_wait<1>();  // dP^T (the older group) done; dV may still run
-    } else {
-      wgmma_wait<0>();
-    }
-    fence_regs(dpt);
-    // dpt <- dS^T = P^T (dP^T - dsum).
-#pragma unroll
-    for (int nn = 0; nn < 8; ++nn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * nn + e] = st[4 * nn + e] * (dpt[4 * nn + e] - c_ds[8 * nn + 2 * t + (e & 1)]);
-    if constexpr (!EDV) pack_p();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) sa[kk][x] = pack_bf16(dpt[8 * kk + 2 * x], dpt[8 * kk + 2 * x + 1]);
-
-#pragma unroll
-    for (int hh = 0; hh < T::kHalves; ++hh) {
-      if constexpr (!EDV) fence_regs(dv[hh]);
-      fence_regs(dk[hh]);
-    }
-    wgmma_fence();
-    const uint64_t d_q = desc_at(sq, 1024, 1024), d_o = desc_at(so, 1024, 1024);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int hh = 0; hh < T::kHalves; ++hh) {
-        const uint32_t boff = hh * (kBR * 128) + kk * (16 * 128);
-        if constexpr (!EDV) wgmma_rs_m64n64k16_tb(dv[hh], pa[kk], desc_plus(d_o, boff), 1);
-        wgmma_rs_m64n64k16_tb(dk[hh], sa[kk], desc_plus(d_q, boff), 1);
-      }
-    wgmma_commit();
-
-    // dS^T (bf16) to the shared tile [128 keys][64 rows]: sa[kk][x] holds key row jl + 8 (x & 1),
-    // rows 16kk + 8 (x / 2) + 2t, +1 (chunk 2kk + x / 2, bytes 4t..4t+3).
-    const uint32_t sds = base + T::ds_off + buf * T::ds_bytes;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const uint32_t a = sds + sw128(64 * c + jl + 8 * (x & 1), 2 * kk + x / 2) + 4 * t;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(sa[kk][x]) : "memory");
-      }
-    fence_proxy_async();
-    // Variants 1, 2: both consumers' dS^T written (and, two pairs back, read). Variant 3 signals its
-    // half on ready_bar later and reads the pair's dS^T one pair late.
-    if constexpr (V < 3) named_barrier_sync(1, 256);
-  };
-  // dQ[:, 64c .. 64c + 63] = dS K over the 128 keys (A = dS: the tile `buf` read transposed), one commit
-  // group; d = 64: consumer 0 only.
-  auto issue_dq = [&](float (&dq)[32], int buf) {
-    wgmma_fence();
-    mma_dq<T::kv_wg_bytes>(dq, base + T::ds_off + buf * T::ds_bytes, base + T::k_off + c * (64 * 128));
-    wgmma_commit();
-  };
-  // After the wait for the dV / dK group: this warp is done with stage s.
-  auto release_stage = [&](int s) {
-    fence_a(pa);  // the dK / dV wgmmas read them until the wait
-    fence_a(sa);
-#pragma unroll
-    for (int hh = 0; hh < T::kHalves; ++hh) {
-      fence_regs(dv[hh]);
-      fence_regs(dk[hh]);
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-  };
-  // dQ of the pair in stage s from the dS^T tile `buf` into dq (done on return), the stage released once
-  // the dV / dK group is done (dQ reads only dS and K).
-  auto dq_product = [&](float (&dq)[32], int s, int buf) {
-    issue_dq(dq, buf);
-    wgmma_wait<1>();  // dV, dK done: the stage is free while dQ runs
-    release_stage(s);
-    wgmma_wait<0>();
-  };
-  // This thread's dQ (done) into the shared tile at `sdq` as two 128-byte-swizzled boxes of 32 columns
-  // (column 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), fenced to the
-  // async proxy for the TMA reduction that reads it.
-  // Consumer c's dQ tile in buffer `buf` (variant 2 and its descendants: 2 buffers; 3: 1).
-  auto dq_tile = [&](int buf) { return T::dq_tile(base, buf, c); };
-  auto store_dq_tile = [&](const float (&dq)[32], uint32_t sdq) {
-#pragma unroll
-    for (int nn = 0; nn < 8; ++nn)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
-        st_shared_v2_f32(sdq + (nn / 4) * T::dq_box_bytes + sw128(jl + 8 * hf, 2 * (nn % 4) + t / 2) + 8 * (t & 1),
-                         dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
-    fence_proxy_async();
-  };
-  // dQ (done) added to dq_acc. Element 4n + e of dq: row q0 + jl + 8 (e / 2), column 64c + 8n + 2t + (e & 1).
-  auto dq_out = [&](float (&dq)[32], const Pair& pr, int buf) {
-    fence_regs(dq);
-    const int q0 = pr.qb * kBR;
-    // Into this consumer's buffer `buf` as two 128-byte-swizzled boxes of 32 columns (column
-    // 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), then one
-    // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). Variant
-    // 2: the buffer is rewritten two pairs later, after that thread's wait for the reads of this
-    // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it;
-    // variant 3 has one buffer and waits for the reads before rewriting it.
-    const uint32_t sdq = dq_tile(V == 2 ? buf : 0);
-    if constexpr (V == 3) {
-      // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
-      if (wtid == 0) bulk_wait_group_read<0>();
-      named_barrier_sync(2 + c, 128);
-    }
-    store_dq_tile(dq, sdq);
-    named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
-    if (wtid == 0) {
-      int* order = nullptr;
-      if constexpr (DET) {
-        // Key blocks floor(qbmin / kBC) .. kb add to these rows (a contiguous range: walk's
-        // conditions); wait until the ones before this block have, in order.
-        order = p.dq_order + (int64_t(pr.h) * p.nqb + pr.qb) * 2 + c;
-        const int before = kb - p.qbmin[pr.qb] / kBC;
-        while (ld_acquire_gpu(order) < before) {
-        }
-        fence_proxy_async_global();  // the reduction below after the acquire
-      }
-      tma_reduce_add_3d(tdq, 64 * c, pr.h, q0, sdq);
-      tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, q0, sdq + T::dq_box_bytes);
-      bulk_commit_group();
-      if constexpr (V == 2) bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
-      if constexpr (DET) {
-        bulk_wait_group<0>();        // its sums written to global memory
-        fence_proxy_async_global();  // and ordered before the release
-        red_release_gpu_add(order, 1);
-      }
-    }
-    __syncwarp();  // the warp whole again before its next aligned (wgmma, barrier) instruction
-  };
-
-  if constexpr (V == 3) {
-    // Consumers coupled one pair late instead of in lockstep. Pair n: scores and gradients of n (dS^T
-    // into buffer n % 3), then, while dV / dK of n run, dQ of pair n - 1 once the other consumer
-    // signalled its half of that dS^T. A consumer arrives on ready_bar(c, n % 3) when its dS^T of n is
-    // written and its dQ of n - 1 has finished reading buffer (n - 1) % 3; so whoever writes buffer
-    // n % 3 (pair n, = n - 3) has waited (at pair n - 1) for the other's arrival of n - 2, after the
-    // other's dQ of n - 3. Distinct barriers per buffer: one consumer cannot arrive twice on one
-    // before the other's matching sync (it syncs the other's arrival of n - 1 before arriving for n + 2).
-    // The dQ of pair 0's predecessor is computed on a stale buffer and discarded (no branch between a
-    // wgmma's issue and its wait: ptxas serializes those).
-    auto ready_bar = [](int cc, int b) { return 4 + 3 * cc + b; };
-    Pair prev{0, 0};
-    int n_pairs = 0;
-    walk([&](const Pair& pr, int n) {
-      const int s = n % NS, round = n / NS, buf = n % 3, pbuf = (n + 2) % 3;
-      mbar_wait(full_bar + 8 * s, round & 1);
-      issue_scores(s);
-      gradients(s, pr.qb * kBR, buf);
-      named_barrier_sync_if(n > 0, ready_bar(1 - c, pbuf), 256);
-      if (c < T::kHalves) {
-        float dq[32];
-        issue_dq(dq, pbuf);
-        wgmma_wait<1>();  // dV, dK of pair n done: the stage is free
-        release_stage(s);
-        wgmma_wait<0>();
-        named_barrier_arrive(ready_bar(c, buf), 256);
-        if (n > 0) dq_out(dq, prev, 0);
-      } else {
-        wgmma_wait<0>();
-        release_stage(s);
-        named_barrier_arrive(ready_bar(c, buf), 256);
-      }
-      prev = pr;
-      n_pairs = n + 1;
-    });
-    if (n_pairs > 0) {  // the last pair's dQ
-      const int pbuf = (n_pairs - 1) % 3;
-      named_barrier_sync(ready_bar(1 - c, pbuf), 256);
-      if (c < T::kHalves) {
-        float dq[32];
-        issue_dq(dq, pbuf);
-        wgmma_wait<0>();
-        dq_out(dq, prev, 0);
-      }
-    }
-  } else if constexpr (DQW) {
-    // Variant 7: the dQ reductions are the producer's dQ writer warp's (produce_tma). Pair n: its
-    // scores, gradients and dQ product; once that is done, the wait for buffer n & 1 to be free (the
-    // writer's arrival after pair n - 2's reductions read it; at n = 0 the one of no pair before, so
-    // the arrivals and syncs pair up, the last sync after the loop), the dQ stores and their fence,
-    // and an arrival for the writer. Nothing is issued between a wgmma and its wait.
-    const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
-    int n_pairs = 0;
-    walk([&](const Pair& pr, int n) {
-      const int s = n % NS, round = n / NS, buf = n & 1;
-      mbar_wait(full_bar + 8 * s, round & 1);
-      issue_scores(s);
-      gradients(s, pr.qb * kBR, buf);
-      if (writes_dq) {
-        float dq[32];
-        dq_product(dq, s, buf);
-        fence_regs(dq);
-        named_barrier_sync_if(n > 0, dq_free_bar(c), kDqBarThreads);
-        store_dq_tile(dq, dq_tile(buf));
-        named_barrier_arrive(dq_stored_bar(c), kDqBarThreads);
-      } else {
-        wgmma_wait<0>();
-        release_stage(s);
-      }
-      n_pairs = n + 1;
-    });
-    if (n_pairs > 0 && writes_dq) named_barrier_sync(dq_free_bar(c), kDqBarThreads);
-  } else if constexpr (PIPE) {
-    // Variant 6: a pair's dQ leaves in two parts: its stores to shared memory (and their fence) at the
-    // end of the pair, the barrier and the TMA reductions at the start of the next, after the next
-    // pair's scores were issued, so the tensor cores run those meanwhile. Pair n: the wait for its
-    // stage, its scores, the reductions of pair n - 1's dQ (by one thread picked by predicate, and none
-    // for n = 0: no branch lies between a wgmma's issue and its wait, which would make ptxas serialize
-    // them), then its gradients, dQ product and dQ stores. Nothing is in flight across pairs.
-    // Whether this consumer computes dQ columns (d 64: consumer 0 only); a constant at d 128.
-    const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
-    auto dq_store = [&](float (&dq)[32], int buf) {  // this thread's dQ into buffer `buf`, fenced
+    // dQ (done) added to dq_acc. Element 4n + e of dq: row q0 + jl + 8 (e / 2), column 64c + 8n + 2t + (e & 1).
+    auto dq_out = [&](float (&dq)[32], const Pair& pr, int buf) {
       fence_regs(dq);
-      store_dq_tile(dq, dq_tile(buf));
+      const int q0 = pr.qb * kBR;
+      // Into this consumer's buffer `buf` as two 128-byte-swizzled boxes of 32 columns (column
+      // 8n + 2t is box n / 4, 16-byte chunk 2 (n % 4) + t / 2, byte 8 (t & 1) in it), then one
+      // thread adds both boxes to dq_acc with TMA reductions (rows past S are not written). Variant
+      // 2: the buffer is rewritten two pairs later, after that thread's wait for the reads of this
+      // reduction (the bulk_wait_group_read<1> of the next pair) and the dS^T barrier after it;
+      // variant 3 has one buffer and waits for the reads before rewriting it.
+      const uint32_t sdq = dq_tile(V == 2 ? buf : 0);
+      if constexpr (V == 3) {
+        // One buffer: the previous pair's reduction must have read it before anyone rewrites it.
+        if (wtid == 0) bulk_wait_group_read<0>();
+        named_barrier_sync(2 + c, 128);
+      }
+      store_dq_tile(dq, sdq);
+      named_barrier_sync(2 + c, 128);  // this consumer's dQ tile written
+      if (wtid == 0) {
+        int* order = nullptr;
+        if constexpr (DET) {
+          // Key blocks floor(qbmin / kBC) .. kb add to these rows (a contiguous range: walk's
+          // conditions); wait until the ones before this block have, in order.
+          order = p.dq_order + (int64_t(pr.h) * p.nqb + pr.qb) * 2 + c;
+          const int before = kb - p.qbmin[pr.qb] / kBC;
+          while (ld_acquire_gpu(order) < before) {
+          }
+          fence_proxy_async_global();  // the reduction below after the acquire
+        }
+        tma_reduce_add_3d(tdq, 64 * c, pr.h, q0, sdq);
+        tma_reduce_add_3d(tdq, 64 * c + 32, pr.h, q0, sdq + T::dq_box_bytes);
+        bulk_commit_group();
+        if constexpr (V == 2) bulk_wait_group_read<1>();  // the previous pair's reduction has read its buffer
+        if constexpr (DET) {
+          bulk_wait_group<0>();        // its sums written to global memory
+          fence_proxy_async_global();  // and ordered before the release
+          red_release_gpu_add(order, 1);
+        }
+      }
+      __syncwarp();  // the warp whole again before its next aligned (wgmma, barrier) instruction
     };
-    // Buffer `buf` (every thread of this consumer stored and fenced) added to dq_acc if `go`. Variant
-    // 2's buffer protocol: the wait for the reads of the reduction before this one, then the next
-    // pair's dS^T barrier, order it before that buffer is rewritten.
-    auto dq_issue = [&](bool go, const Pair& pr, int buf) {
-      const uint32_t sdq = dq_tile(buf);
-      named_barrier_sync(2 + c, 128);
-      const bool one = go && wtid == 0;
-      tma_reduce_add_3d_if(one, tdq, 64 * c, pr.h, pr.qb * kBR, sdq);
-      tma_reduce_add_3d_if(one, tdq, 64 * c + 32, pr.h, pr.qb * kBR, sdq + T::dq_box_bytes);
-      bulk_commit_group_if(one);
-      bulk_wait_group_read_if<1>(one);
-    };
-    Pair prev{0, 0};
-    int n_pairs = 0;
-    walk([&](const Pair& pr, int n) {
-      const int s = n % NS, round = n / NS, buf = n & 1;
-      mbar_wait(full_bar + 8 * s, round & 1);
-      issue_scores(s);
-      if (writes_dq) dq_issue(n > 0, prev, buf ^ 1);
-      gradients(s, pr.qb * kBR, buf);
-      if (writes_dq) {
-        float dq[32];
-        dq_product(dq, s, buf);
-        dq_store(dq, buf);
-      } else {
-        wgmma_wait<0>();
-        release_stage(s);
-      }
-      prev = pr;
-      n_pairs = n + 1;
-    });
-    if (n_pairs > 0 && writes_dq) dq_issue(true, prev, (n_pairs - 1) & 1);
-  } else {
-    // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
-    // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
-    walk([&](const Pair& pr, int n) {
-      const int s = n % NS, round = n / NS, buf = n & 1;
-      mbar_wait(full_bar + 8 * s, round & 1);
-      issue_scores(s);
-      gradients(s, pr.qb * kBR, buf);
-      if (c < T::kHalves) {
-        float dq[32];
-        dq_product(dq, s, buf);
-        dq_out(dq, pr, buf);
-      } else {
-        wgmma_wait<0>();
-        release_stage(s);
-      }
-    });
-  }
 
-  // The last reductions complete (their shared source lives until the CTA exits; the dq conversion
-  // kernel reads dq_acc next).
-  if (c < T::kHalves && wtid == 0) bulk_wait_group<0>();
-
-  // dK (times scale) and dV in bf16: element 4n + e of half hh is key key0 + 8 (e / 2), column
-  // 64hh + 8n + 2t + (e & 1).
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int j = key0 + 8 * hf;
-    if (j >= S) continue;
-    const int64_t off = int64_t(j) * kv_row + int64_t(hk) * D + 2 * t;
-#pragma unroll
-    for (int hh = 0; hh < T::kHalves; ++hh)
-#pragma unroll
-      for (int nn = 0; nn < 8; ++nn) {
-        *reinterpret_cast<uint32_t*>(p.dk + off + 64 * hh + 8 * nn) =
-            pack_bf16(dk[hh][4 * nn + 2 * hf] * p.scale, dk[hh][4 * nn + 2 * hf + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(p.dv + off + 64 * hh + 8 * nn) =
-            pack_bf16(dv[hh][4 * nn + 2 * hf], dv[hh][4 * nn + 2 * hf + 1]);
+    if constexpr (V == 3) {
+      // Consumers coupled one pair late instead of in lockstep. Pair n: scores and gradients of n (dS^T
+      // into buffer n % 3), then, while dV / dK of n run, dQ of pair n - 1 once the other consumer
+      // signalled its half of that dS^T. A consumer arrives on ready_bar(c, n % 3) when its dS^T of n is
+      // written and its dQ of n - 1 has finished reading buffer (n - 1) % 3; so whoever writes buffer
+      // n % 3 (pair n, = n - 3) has waited (at pair n - 1) for the other's arrival of n - 2, after the
+      // other's dQ of n - 3. Distinct barriers per buffer: one consumer cannot arrive twice on one
+      // before the other's matching sync (it syncs the other's arrival of n - 1 before arriving for n + 2).
+      // The dQ of pair 0's predecessor is computed on a stale buffer and discarded (no branch between a
+      // wgmma's issue and its wait: ptxas serializes those).
+      auto ready_bar = [](int cc, int b) { return 4 + 3 * cc + b; };
+      Pair prev{0, 0};
+      int n_pairs = 0;
+      walk([&](const Pair& pr, int n) {
+        const int s = n % NS, round = n / NS, buf = n % 3, pbuf = (n + 2) % 3;
+        mbar_wait(full_bar + 8 * s, round & 1);
+        issue_scores(s);
+        gradients(s, pr.qb * kBR, buf);
+        named_barrier_sync_if(n > 0, ready_bar(1 - c, pbuf), 256);
+        if (c < T::kHalves) {
+          float dq[32];
+          issue_dq(dq, pbuf);
+          wgmma_wait<1>();  // dV, dK of pair n done: the stage is free
+          release_stage(s);
+          wgmma_wait<0>();
+          named_barrier_arrive(ready_bar(c, buf), 256);
+          if (n > 0) dq_out(dq, prev, 0);
+        } else {
+          wgmma_wait<0>();
+          release_stage(s);
+          named_barrier_arrive(ready_bar(c, buf), 256);
+        }
+        prev = pr;
+        n_pairs = n + 1;
+      });
+      if (n_pairs > 0) {  // the last pair's dQ
+        const int pbuf = (n_pairs - 1) % 3;
+        named_barrier_sync(ready_bar(1 - c, pbuf), 256);
+        if (c < T::kHalves) {
+          float dq[32];
+          issue_dq(dq, pbuf);
+          wgmma_wait<0>();
+          dq_out(dq, prev, 0);
+        }
       }
-  }
+    } else if constexpr (DQW) {
+      // Variant 7: the dQ reductions are the producer's dQ writer warp's (produce_tma). Pair n: its
+      // scores, gradients and dQ product; once that is done, the wait for buffer n & 1 to be free (the
+      // writer's arrival after pair n - 2's reductions read it; at n = 0 the one of no pair before, so
+      // the arrivals and syncs pair up, the last sync after the loop), the dQ stores and their fence,
+      // and an arrival for the writer. Nothing is issued between a wgmma and its wait.
+      const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
+      int n_pairs = 0;
+      walk([&](const Pair& pr, int n) {
+        const int s = n % NS, round = n / NS, buf = n & 1;
+        mbar_wait(full_bar + 8 * s, round & 1);
+        issue_scores(s);
+        gradients(s, pr.qb * kBR, buf);
+        if (writes_dq) {
+          float dq[32];
+          dq_product(dq, s, buf);
+          fence_regs(dq);
+          named_barrier_sync_if(n > 0, dq_free_bar(c), kDqBarThreads);
+          store_dq_tile(dq, dq_tile(buf));
+          named_barrier_arrive(dq_stored_bar(c), kDqBarThreads);
+        } else {
+          wgmma_wait<0>();
+          release_stage(s);
+        }
+        n_pairs = n + 1;
+      });
+      if (n_pairs > 0 && writes_dq) named_barrier_sync(dq_free_bar(c), kDqBarThreads);
+    } else if constexpr (PIPE) {
+      // Variant 6: a pair's dQ leaves in two parts: its stores to shared memory (and their fence) at the
+      // end of the pair, the barrier and the TMA reductions at the start of the next, after the next
+      // pair's scores were issued, so the tensor cores run those meanwhile. Pair n: the wait for its
+      // stage, its scores, the reductions of pair n - 1's dQ (by one thread picked by predicate, and none
+      // for n = 0: no branch lies between a wgmma's issue and its wait, which would make ptxas serialize
+      // them), then its gradients, dQ product and dQ stores. Nothing is in flight across pairs.
+      // Whether this consumer computes dQ columns (d 64: consumer 0 only); a constant at d 128.
+      const bool writes_dq = T::kHalves == 2 || c < T::kHalves;
+      auto dq_store = [&](float (&dq)[32], int buf) {  // this thread's dQ into buffer `buf`, fenced
+        fence_regs(dq);
+        store_dq_tile(dq, dq_tile(buf));
+      };
+      // Buffer `buf` (every thread of this consumer stored and fenced) added to dq_acc if `go`. Variant
+      // 2's buffer protocol: the wait for the reads of the reduction before this one, then the next
+      // pair's dS^T barrier, order it before that buffer is rewritten.
+      auto dq_issue = [&](bool go, const Pair& pr, int buf) {
+        const uint32_t sdq = dq_tile(buf);
+        named_barrier_sync(2 + c, 128);
+        const bool one = go && wtid == 0;
+        tma_reduce_add_3d_if(one, tdq, 64 * c, pr.h, pr.qb * kBR, sdq);
+        tma_reduce_add_3d_if(one, tdq, 64 * c + 32, pr.h, pr.qb * kBR, sdq + T::dq_box_bytes);
+        bulk_commit_group_if(one);
+        bulk_wait_group_read_if<1>(one);
+      };
+      Pair prev{0, 0};
+      int n_pairs = 0;
+      walk([&](const Pair& pr, int n) {
+        const int s = n % NS, round = n / NS, buf = n & 1;
+        mbar_wait(full_bar + 8 * s, round & 1);
+        issue_scores(s);
+        if (writes_dq) dq_issue(n > 0, prev, buf ^ 1);
+        gradients(s, pr.qb * kBR, buf);
+        if (writes_dq) {
+          float dq[32];
+          dq_product(dq, s, buf);
+          dq_store(dq, buf);
+        } else {
+          wgmma_wait<0>();
+          release_stage(s);
+        }
+        prev = pr;
+        n_pairs = n + 1;
+      });
+      if (n_pairs > 0 && writes_dq) dq_issue(true, prev, (n_pairs - 1) & 1);
+    } else {
+      // Per pair: scores, gradients, dQ, then the dQ output. (Issuing the next pair's scores before this
+      // pair's dQ output was tried, 2026-12-06: ptxas serialized the wgmmas (C7518) and spilled ~600 bytes.)
+      walk([&](const Pair& pr, int n) {
+        const int s = n % NS, round = n / NS, buf = n & 1;
+        mbar_wait(full_bar + 8 * s, round & 1);
+        issue_scores(s);
+        gradients(s, pr.qb * kBR, buf);
+        if (c < T::kHalves) {
+          float dq[32];
+          dq_product(dq, s, buf);
+          dq_out(dq, pr, buf);
+        } else {
+          wgmma_wait<0>();
+          release_stage(s);
+        }
+      });
+    }
+
+    // The last reductions complete (their shared source lives until the CTA exits; the dq conversion
+    // kernel reads dq_acc next).
+    if (c < T::kHalves && wtid == 0) bulk_wait_group<0>();
+
+    // dK (times scale) and dV in bf16: element 4n + e of half hh is key key0 + 8 (e / 2), column
+    // 64hh + 8n + 2t + (e & 1).
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int j = key0 + 8 * hf;
+      if (j >= S) continue;
+      const int64_t off = int64_t(j) * kv_row + int64_t(hk) * D + 2 * t;
+#pragma unroll
+      for (int hh = 0; hh < T::kHalves; ++hh)
+#pragma unroll
+        for (int nn = 0; nn < 8; ++nn) {
+          *reinterpret_cast<uint32_t*>(p.dk + off + 64 * hh + 8 * nn) =
+              pack_bf16(dk[hh][4 * nn + 2 * hf] * p.scale, dk[hh][4 * nn + 2 * hf + 1] * p.scale);
+          *reinterpret_cast<uint32_t*>(p.dv + off + 64 * hh + 8 * nn) =
+              pack_bf16(dv[hh][4 * nn + 2 * hf], dv[hh][4 * nn + 2 * hf + 1]);
+        }
+    }
   }
 #else
   __trap();  // built only for sm_90a; the host side refuses other devices
