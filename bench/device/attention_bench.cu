@@ -5,7 +5,7 @@
 // forward (hopper_attention.h, sm_90a wgmma; forward only; hopper3, hopper4: variants 3 and 4),
 // one after the other; ours: the Hopper forward (variant 3) with the Hopper backward (variant 2, or
 // --hopper-bwd V), the pair to hold against cuDNN's forward + backward.
-//   attention_bench [--doc-len N] [--window W] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 2..7|9|10]
+//   attention_bench [--doc-len N] [--window W] [--head-dim D] [--ragged] [--autotune] [--reps N] [--hopper-bwd 2..7|9]
 //                   [--impl cudnn|own|hopper3|hopper4|ours|both|all] [S ...]
 //   both: cudnn and own; all: every one. default S: 8192 32768 131072; --ragged: cuDNN
 //   runs equal documents in the ragged form (the general one) instead of as a dense batch.

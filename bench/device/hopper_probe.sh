@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One short device call (two to three minutes on an H100) for the Hopper attention kernels (issue 31):
-# the forward's variant-3 and -4 tests and the engine's, the backward's tests of variants 2, 4, 5, 6, 7, 9 and 10 and
+# the forward's variant-3 and -4 tests and the engine's, the backward's tests of variants 2, 4, 5, 6, 7 and 9 and
 # the engine's (a variant whose small cases fail or hang is left out of the rest), then timings next to
 # cuDNN in the same call: the backward alone at d 128 (4K, 32K, 128K) and d 64 (4K, 32K); at 32K and
 # 128K the backward's CTA orders (ULYSSES_HOPPER_CTA_ORDER heads-outer / heads-inside against the
 # default); forward + backward (attention_bench --impl ours, the issue's measure) at 4K, 32K, packed
 # 8 x 4K and 128K; with a sliding window of 4,096 against our FA2 kernels; memchecks of small cases.
 #   bash bench/device/hopper_probe.sh BUILD    (through runner.py: case hopper_probe)
-#   PROBE_VARS="6 9 10": only those backward variants (default all). PROBE_SHORT=1: without the forward's
+#   PROBE_VARS="6 9": only those backward variants (default all). PROBE_SHORT=1: without the forward's
 #   variant 4 and the CTA-order runs. PROBE_RATE=1: also wgmma_rate_bench. PROBE_PROFILE=1: then Nsight Compute's speed of light of
 #   backward variants 2 and 6 at 32K (skipped without ncu). PROBE_LONG=0: without the 128K timings.
 set -u
@@ -31,7 +31,7 @@ fi
 # Each backward variant's small cases first, under a short timeout; a failure or a hang leaves it out
 # of everything after, so the call still returns the rest.
 VARS=""
-for v in ${PROBE_VARS:-2 4 5 6 7 9 10}; do
+for v in ${PROBE_VARS:-2 4 5 6 7 9}; do
   if timeout 30 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
        --gtest_filter="$BV.D128Small/v$v:$BV.D64Small/v$v" > /tmp/probe_small_v$v.log 2>&1; then
     VARS="$VARS $v"
@@ -45,14 +45,13 @@ for v in $VARS; do F="$F:$BV.*/v$v"; done
 case " $VARS " in *" 6 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInPipelined" ;; esac
 case " $VARS " in *" 7 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInDqWriter" ;; esac
 case " $VARS " in *" 9 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInSplit" ;; esac
-case " $VARS " in *" 10 "*) ;; *) F="$F:-HopperAttentionBackward.BackendOptInSplitSmemA" ;; esac
 echo "== bwd tests"; timeout 240 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no --gtest_filter="$F" 2>&1 | ok
 has() { case " $VARS " in *" $1 "*) return 0 ;; esac; return 1; }
 bwd() { timeout 90 $B/hopper_bwd_bench --reps 5 --impl "$@" 2>&1 | grep -E 'backward|error'; }
 fb() { timeout 120 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(cudnn|own|ours) |error"; }
 H128="cudnn"; H64="cudnn"
-for v in 2 5 6 7 9 10; do has $v && H128="$H128 hopper$v"; done
-for v in 4 5 6 7 9 10; do has $v && H64="$H64 hopper$v"; done
+for v in 2 5 6 7 9; do has $v && H128="$H128 hopper$v"; done
+for v in 4 5 6 7 9; do has $v && H64="$H64 hopper$v"; done
 LENS="4096 32768"; [ "${PROBE_LONG:-1}" = 1 ] && LENS="$LENS 131072"
 echo "== bwd bench d128 (default CTA order)"; for S in $LENS; do for i in $H128; do bwd $i $S; done; done
 echo "== bwd bench d64"; for S in 4096 32768; do for i in $H64; do bwd $i --head-dim 64 $S; done; done
@@ -62,7 +61,7 @@ for S in $LENS; do
   [ "$S" = 4096 ] || [ "${PROBE_SHORT:-0}" = 1 ] && continue
   for o in heads-outer heads-inside; do echo "-- $o"; ULYSSES_HOPPER_CTA_ORDER=$o bwd hopper$BEST $S; done
 done
-FB="$BEST"; has 7 && FB="$FB 7"; has 9 && FB="$FB 9"; has 10 && FB="$FB 10"
+FB="$BEST"; has 7 && FB="$FB 7"; has 9 && FB="$FB 9"
 if [ "$F4" = 1 ]; then
   echo "== forward variant 3 against 4 (persistent), cuDNN's forward in the fwd+bwd lines below"
   fwd() { timeout 60 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(hopper3|hopper4) |error"; }

@@ -9,7 +9,7 @@
 // before every run (an unwritten element fails as NaN); the Hopper backward runs twice on a dirty
 // workspace.
 // Errors are relative (grad_error: with an absolute floor where the reference gradient vanishes).
-// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=2, 3, 5, 6, 7, 9 or 10) through the Backend
+// And the engine's opt-in (ULYSSES_ATTENTION=hopper with ULYSSES_HOPPER_BWD=2, 3, 5, 6, 7 or 9) through the Backend
 // interface. Fails without a GPU (CudaTest); skips on a GPU that is not sm_90.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -205,7 +205,7 @@ TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
                          ::testing::Values(Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6},
-                                           Variant{7}, Variant{9}, Variant{10}),
+                                           Variant{7}, Variant{9}),
                          [](const ::testing::TestParamInfo<Variant>& i) {
                            return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
                          });
@@ -242,13 +242,6 @@ TEST_F(HopperAttentionBackward, BackendOptInDqWriter) {
 TEST_F(HopperAttentionBackward, BackendOptInSplit) {
   ulysses::cuda_test::expect_engine_attention_matches_cpu(
       {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "9"}}, 93,
-      /*check_forward=*/false);
-}
-
-// Variant 10 (variant 9 with the gradient products' A operands from shared memory) through the engine.
-TEST_F(HopperAttentionBackward, BackendOptInSplitSmemA) {
-  ulysses::cuda_test::expect_engine_attention_matches_cpu(
-      {{"ULYSSES_ATTENTION", "hopper"}, {"ULYSSES_HOPPER_VARIANT", "3"}, {"ULYSSES_HOPPER_BWD", "10"}}, 94,
       /*check_forward=*/false);
 }
 

@@ -90,11 +90,11 @@ CudaBackend::CudaBackend(int device_index, DType act_dtype)
     if (const char* b = std::getenv("ULYSSES_HOPPER_BWD")) {
       const std::string v = b;
       ULY_CHECK(v != "1", "ULYSSES_HOPPER_BWD=1: that variant of the Hopper backward was removed (2026-12-07; "
-                          "variant 2 supersedes it); ask for 2 to 7, 9 or 10 (6 the fastest at d 128, 7 at d 64)");
-      ULY_CHECK(v.empty() || v == "10" || (v.size() == 1 && (v[0] == '0' || (v[0] >= '2' && v[0] <= '7') || v[0] == '9')),
-                "ULYSSES_HOPPER_BWD=" << v << " is not 0, 2 to 7, 9 or 10 (2 to 7, 9, 10: with ULYSSES_ATTENTION=hopper, "
-                                      << "the backward on that variant of our sm_90a wgmma kernel too)");
-      hopper_backward_ = v.empty() ? 0 : std::stoi(v);
+                          "variant 2 supersedes it); ask for 2 to 7 or 9 (6 the fastest at d 128, 7 at d 64)");
+      ULY_CHECK(v.empty() || (v.size() == 1 && (v[0] == '0' || (v[0] >= '2' && v[0] <= '7') || v[0] == '9')),
+                "ULYSSES_HOPPER_BWD=" << v << " is not 0, 2 to 7 or 9 (2 to 7, 9: with ULYSSES_ATTENTION=hopper, the "
+                                      << "backward on that variant of our sm_90a wgmma kernel too)");
+      hopper_backward_ = v.empty() ? 0 : v[0] - '0';
     }
     if (const char* d = std::getenv("ULYSSES_HOPPER_DETERMINISTIC")) {
       const std::string v = d;

@@ -80,7 +80,7 @@ class CudaBackend : public Backend {
   // bf16: cuDNN's fused attention where it takes the problem, our kernels otherwise (the
   // choice is logged once per reason; ULYSSES_ATTENTION=own|cudnn|auto forces it; =hopper runs the
   // forward on our sm_90a wgmma kernel where it takes the problem, everything else as auto (its
-  // variant from ULYSSES_HOPPER_VARIANT, checked at construction), and with ULYSSES_HOPPER_BWD=2 to 7, 9 or 10
+  // variant from ULYSSES_HOPPER_VARIANT, checked at construction), and with ULYSSES_HOPPER_BWD=2 to 7 or 9
   // the backward on that variant of our sm_90a backward kernel where it takes it); f32: ours.
   void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Documents& docs, double scale) override;
@@ -138,7 +138,7 @@ class CudaBackend : public Backend {
   // where backend/attention_choice.h's measured table has it ahead of the alternative (cuDNN; with a
   // sliding window our FA2 kernels); and it takes the problem. *variant gets the variant to run.
   bool use_hopper_forward(const AttentionShape& shape, int* variant = nullptr);
-  // The same for the Hopper backward (=hopper with ULYSSES_HOPPER_BWD=2..7, 9 or 10, or the table under
+  // The same for the Hopper backward (=hopper with ULYSSES_HOPPER_BWD=2..7 or 9, or the table under
   // =auto); *variant gets the variant to run. It then uses our kernels' workspace
   // (attention_backward_workspace_bytes).
   bool use_hopper_backward(const AttentionShape& shape, int* variant = nullptr);
@@ -157,7 +157,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<CublasLtGemm> gemm_;
   Tensor scalar_;     // one float64 on the device, for reductions
   enum class AttentionKernels { Auto, Cudnn, Own, Hopper } attention_kernels_ = AttentionKernels::Auto;
-  // ULYSSES_HOPPER_BWD=2 to 7, 9 or 10: with =hopper, the backward too, on that variant of the Hopper backward
+  // ULYSSES_HOPPER_BWD=2 to 7 or 9: with =hopper, the backward too, on that variant of the Hopper backward
   // (0: off).
   int hopper_backward_ = 0;
   bool hopper_deterministic_ = false;  // ULYSSES_HOPPER_DETERMINISTIC=1 (with ULYSSES_HOPPER_BWD=3)

@@ -8,10 +8,10 @@
 // known, before dS^T; 6 (PIPE): 5 with a pair's dQ reductions issued after the next pair's scores;
 // 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead of a
 // consumer thread. All correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 7 at d 64
-// (docs/attention.md). 9 (consume_split): the consumers split by product instead of by keys; 10: 9 with
-// the gradient products' A operands from shared memory; neither yet run on a GPU (2026-12-07). Variant 1
-// (a cp.async producer, dQ added from registers by red.global.add), slower than 2 in every case
-// measured, was removed on 2026-12-07.
+// (docs/attention.md). 9 (consume_split): the consumers split by product instead of by keys; correct
+// on an H100, equal to 6 from 32K and 7% faster at 4K (d 128), slower at d 64 (2026-12-07).
+// Variant 1 (a cp.async producer, dQ added from registers by red.global.add), slower than 2 in every
+// case measured, was removed on 2026-12-07.
 //
 // Preprocessing and the final dq conversion are attention_backward's own (attention_backward_parts.h):
 // dq_acc zeroed, dsum = rowsum(dout * out), qbmin / sufmin over query blocks of BR = 64 rows (the
@@ -101,9 +101,8 @@ struct Tile {
   static constexpr int ds_off = stage_off + NS * stage_bytes;  // dS^T [ds_bufs][128 keys][128 B]
   static constexpr int ds_bytes = kBC * kBR * 2;
   // Variant 3 reads a pair's dS^T one pair late, while the next pair's is written: 3 buffers.
-  // Variants 9, 10: one (its dS^T writer reads it for dQ before writing the next).
-  static constexpr bool kSplit = V == 9 || V == 10;
-  static constexpr int ds_bufs = V == 3 ? 3 : kSplit ? 1 : 2;
+  // Variant 9: one (its dS^T writer reads it for dQ before writing the next).
+  static constexpr int ds_bufs = V == 3 ? 3 : V == 9 ? 1 : 2;
   // dQ of a pair in fp32 for the TMA reduction, per buffer (2; variant 3: 1) and
   // dQ-writing consumer (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
   static constexpr int dq_box_bytes = kBR * 128;
@@ -115,14 +114,11 @@ struct Tile {
   static __device__ __forceinline__ uint32_t dq_tile(uint32_t base, int buf, int c) {
     return base + dq_off + (buf * kHalves + c) * dq_cons_bytes;
   }
-  // Variants 9, 10: P^T of a pair in fp32 from the warpgroup that computes it to the one that computes
+  // Variant 9: P^T of a pair in fp32 from the warpgroup that computes it to the one that computes
   // dS^T, in the accumulators' thread order: [16 float4][128 threads].
   static constexpr int p_off = dq_off + dq_bytes;
-  static constexpr int p_bytes = kSplit ? 16 * 128 * 16 : 0;
-  // Variant 10: P^T in bf16 as dV's A operand, laid out as the dS^T tile ([128 keys][128 B] swizzled).
-  static constexpr int pb_off = p_off + p_bytes;
-  static constexpr int pb_bytes = V == 10 ? kBC * kBR * 2 : 0;
-  static constexpr int row_off = pb_off + pb_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
+  static constexpr int p_bytes = V == 9 ? 16 * 128 * 16 : 0;
+  static constexpr int row_off = p_off + p_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
   static constexpr int misc_off = bar_off + 2 * NS * 8;  // the pair range; per stage its rows' largest doc_start
@@ -343,18 +339,12 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // syncs before reading it), kPEmpty (dw arrives once it has read it, pw syncs before storing the
 // next), kDwBar (dw's 128 threads: its dS^T stored / its dQ tile stored). Each warp arrives on a
 // stage's `empty` once its products reading it are done (4 + 4 = the 8 arrivals expected).
-//
-// Variant 10 (SA): variant 9 with both gradient products' A operands from shared memory: dV's P^T from
-// a bf16 tile pw writes (laid out as the dS^T tile), dK's dS^T from dw's tile (written for dQ
-// anyway). pw then holds no A operand (dV 128 + S^T 64) and issues S^T(n) before dV(n - 1), waits
-// for S^T alone, and computes P^T(n) while dV(n - 1) runs; its bf16 P^T(n) goes to the tile once
-// dV(n - 1) is done (kPwBar: pw's 128 threads, before the next pair's dV reads it).
-constexpr int kPFull = 6, kPEmpty = 7, kDwBar = 8, kPwBar = 9;
-template <int D, int NS, bool SA, typename Walk>
+constexpr int kPFull = 6, kPEmpty = 7, kDwBar = 8;
+template <int D, int NS, typename Walk>
 __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk, uint32_t base, unsigned char* smem,
                                               uint32_t full_bar, uint32_t empty_bar, const CUtensorMap* tdq, int k0,
                                               int hk, int c, int wtid) {
-  using T = Tile<D, NS, SA ? 10 : 9>;
+  using T = Tile<D, NS, 9>;
   constexpr int H = T::kHalves;
   const int S = p.Sq, lane = wtid % 32, wi = wtid / 32, g = lane / 4, t = lane % 4;
   const int jl = 16 * wi + g;  // this thread's key rows within a row block of 64: jl, jl + 8
@@ -409,48 +399,24 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
 #pragma unroll
       for (int hh = 0; hh < H; ++hh) fence_regs(acc[h][hh]);
   };
-  auto fence_fa = [&] {  // (variant 10 holds no A operand in registers)
-    if constexpr (!SA)
+  auto fence_fa = [&] {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) fence_a(fa[h]);
+    for (int h = 0; h < 2; ++h) fence_a(fa[h]);
   };
-  // acc[h][hh] += A_h B, B the stage's tile at `b` read MN-major (dO for dV, Q for dK), A_h the bf16
-  // P^T or dS^T of row block h: fa[h] (variant 9), or row block h of the K-major tile at `a` ([128
-  // keys][64 rows], swizzled; variant 10). One commit group.
-  auto issue_grad = [&](uint32_t b, uint32_t a) {
+  // acc[h][hh] += fa[h] B, B the stage's tile at `b` read MN-major (dO for dV, Q for dK): one commit group.
+  auto issue_grad = [&](uint32_t b) {
     fence_acc();
     wgmma_fence();
     const uint64_t db = desc_at(b, 1024, 1024);
-    uint64_t da = 0;
-    if constexpr (SA) da = desc_at(a, 16, 1024);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-        for (int hh = 0; hh < H; ++hh) {
-          const uint64_t dbk = desc_plus(db, hh * (kBR * 128) + kk * (16 * 128));
-          if constexpr (SA) wgmma_ss_m64n64k16_tb(acc[h][hh], desc_plus(da, h * (64 * 128) + kk * 32), dbk, 1);
-          else wgmma_rs_m64n64k16_tb(acc[h][hh], fa[h][kk], dbk, 1);
-        }
+        for (int hh = 0; hh < H; ++hh)
+          wgmma_rs_m64n64k16_tb(acc[h][hh], fa[h][kk], desc_plus(db, hh * (kBR * 128) + kk * (16 * 128)), 1);
     wgmma_commit();
   };
-  // The bf16 words word(h, kk, x) (the A fragments' layout: key 64h + jl + 8 (x & 1), rows 16kk + 8 (x / 2)
-  // + 2t, + 1) into the swizzled [128 keys][64 rows] tile at `tile`; rows 64h + jl + 8 (x & 1) share
-  // jl's swizzle phase g.
-  auto store_tile = [&](uint32_t tile, auto&& word) {
-    const uint32_t row = opaque_u32(tile + jl * 128 + 4 * t), ph = opaque_u32(g);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const uint32_t a = row + (64 * h + 8 * (x & 1)) * 128 + (((2 * kk + x / 2) ^ ph) << 4);
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(word(h, kk, x)) : "memory");
-        }
-  };
-  auto sc_word = [&](int h, int kk, int x) { return pack_bf16(sc[h][8 * kk + 2 * x], sc[h][8 * kk + 2 * x + 1]); };
   // sc[h] = (K or V rows of row block h) (Q or dO)^T: one commit group.
   auto issue_scores = [&](uint32_t kv, uint32_t qo) {
     wgmma_fence();
@@ -485,51 +451,28 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
     };
     const uint32_t sk = base + T::k_off;
     // Visiting pair n: dV(n - 1), then S^T(n) and P^T(n), handed over to dw and packed as the next
-    // dV's A operand (variant 10: S^T(n), dV(n - 1) under P^T(n), then P^T(n) to its bf16 tile); after
-    // the walk, the last pair's dV.
+    // dV's A operand; after the walk, the last pair's dV.
     int n_pairs = 0;
-    const uint32_t spb = base + T::pb_off;
-    if constexpr (SA) {
-      for (int i = wtid; i < T::pb_bytes / 16; i += 128) st_shared_zero16(spb + 16 * i);
-      fence_proxy_async();
-      named_barrier_sync(kPwBar, 128);
-    }
     walk([&](const Pair& pr, int n) {
       const int s = n % NS, sp0 = (n + NS - 1) % NS;
       mbar_wait(full_bar + 8 * s, (n / NS) & 1);
-      if constexpr (SA) {
-        // S^T(n), then dV(n - 1) from the bf16 P^T tile; P^T(n) under dV(n - 1). The first pair's
-        // dV reads the zeroed tile (and its own stage's dO): it adds nothing, and the products are
-        // issued on one path (ptxas serializes wgmmas issued on divergent paths, C7520).
-        issue_scores(sk, stage_q(s));
-        issue_grad(stage_q(n > 0 ? sp0 : s) + T::q_tile_bytes, spb);
-        wgmma_wait<1>();
-        probabilities(s, pr.qb * kBR, n > 0);
+      // dV(n - 1) before S^T(n), not under it: the A operand of one and the accumulators of the other
+      // would not fit the registers together with dV. dw's products run meanwhile.
+      if (n > 0) {
+        issue_grad(stage_q(sp0) + T::q_tile_bytes);  // dV += P^T(n - 1) dO(n - 1)
         wgmma_wait<0>();
+        fence_fa();
         fence_acc();
-        if (n > 0) release(sp0);
-        store_tile(spb, sc_word);
-        fence_proxy_async();
-        named_barrier_sync(kPwBar, 128);
-      } else {
-        // dV(n - 1) before S^T(n), not under it: the A operand of one and the accumulators of the other
-        // would not fit the registers together with dV. dw's products run meanwhile.
-        if (n > 0) {
-          issue_grad(stage_q(sp0) + T::q_tile_bytes, spb);  // dV += P^T(n - 1) dO(n - 1)
-          wgmma_wait<0>();
-          fence_fa();
-          fence_acc();
-          release(sp0);
-        }
-        issue_scores(sk, stage_q(s));  // S^T(n)
-        wgmma_wait<0>();
-        probabilities(s, pr.qb * kBR, n > 0);
-        pack_a();
+        release(sp0);
       }
+      issue_scores(sk, stage_q(s));  // S^T(n)
+      wgmma_wait<0>();
+      probabilities(s, pr.qb * kBR, n > 0);
+      pack_a();
       n_pairs = n + 1;
     });
     if (n_pairs > 0) {
-      issue_grad(stage_q((n_pairs - 1) % NS) + T::q_tile_bytes, spb);
+      issue_grad(stage_q((n_pairs - 1) % NS) + T::q_tile_bytes);
       wgmma_wait<0>();
       fence_fa();
       fence_acc();
@@ -567,13 +510,20 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
           }
         }
       named_barrier_arrive(kPEmpty, 256);
-      // dS^T (bf16) to the shared tile [128 keys][64 rows] for dQ (as variants 2-7 store it), and for
-      // variant 10's dK; variant 9's dK takes it from registers.
-      if constexpr (SA) {
-        store_tile(sds, sc_word);
-      } else {
-        pack_a();
-        store_tile(sds, [&](int h, int kk, int x) { return fa[h][kk][x]; });
+      pack_a();
+      // dS^T (bf16) to the shared tile [128 keys][64 rows] for dQ (as variants 2-7 store it); its rows
+      // 64h + jl + 8 (x & 1) share jl's swizzle phase g.
+      {
+        const uint32_t row = opaque_u32(sds + jl * 128 + 4 * t), ph = opaque_u32(g);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              const uint32_t a = row + (64 * h + 8 * (x & 1)) * 128 + (((2 * kk + x / 2) ^ ph) << 4);
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(fa[h][kk][x]) : "memory");
+            }
       }
       fence_proxy_async();
       if (wtid == 0) bulk_wait_group_read<0>();  // the previous pair's reduction has read the dQ tile
@@ -596,8 +546,8 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
                              dq[4 * nn + 2 * hf], dq[4 * nn + 2 * hf + 1]);
       };
       issue_dq_half(0);
-      issue_grad(stage_q(s), sds);  // dK += dS^T Q
-      wgmma_wait<1>();  // dQ's first half done; dK may run
+      issue_grad(stage_q(s));  // dK += dS^T Q
+      wgmma_wait<1>();         // dQ's first half done; dK may run
       store_dq_half(0);
       if constexpr (H == 2) {
         issue_dq_half(1);
@@ -643,7 +593,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, NS, V>;
-  static_assert(V == 2 || V == 3 || T::kSplit, "variants 2 and 3 (and 4-7, built on 2), 9 and 10");
+  static_assert(V == 2 || V == 3 || V == 9, "variants 2 and 3 (and 4-7, built on 2), 9");
   static_assert(!EDV || V == 2, "the early dV (variant 5) is built on variant 2's loop");
   static_assert(!PIPE || (V == 2 && !DET), "the pipelined dQ output (variant 6) is built on variant 2's loop");
   static_assert(!DQW || (V == 2 && !DET && !PIPE), "the dQ writer warp (variant 7) is built on variant 2's loop");
@@ -727,8 +677,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 
   // ---------------- consumers ----------------
   setmaxnreg_inc<kConsumerRegs>();
-  if constexpr (T::kSplit) {
-    consume_split<D, NS, V == 10>(p, walk, base, smem, full_bar, empty_bar, tdq, k0, hk, wg - 1, wtid);
+  if constexpr (V == 9) {
+    consume_split<D, NS>(p, walk, base, smem, full_bar, empty_bar, tdq, k0, hk, wg - 1, wtid);
     return;
   } else {
     const int c = wg - 1, wi = wtid / 32, g = lane / 4, t = lane % 4;
@@ -1156,11 +1106,9 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
   if (variant == 7)
     kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, false, true>;
   if (variant == 9) kernel = hopper_attention_backward_tma_kernel<D, kStages, 9, false>;
-  if (variant == 10) kernel = hopper_attention_backward_tma_kernel<D, kStages, 10, false>;
-  const size_t smem = variant == 3    ? Tile<D, kStages, 3>::smem_bytes
-                      : variant == 9  ? Tile<D, kStages, 9>::smem_bytes
-                      : variant == 10 ? Tile<D, kStages, 10>::smem_bytes
-                                      : Tile<D, kStages, 2>::smem_bytes;
+  const size_t smem = variant == 3   ? Tile<D, kStages, 3>::smem_bytes
+                      : variant == 9 ? Tile<D, kStages, 9>::smem_bytes
+                                     : Tile<D, kStages, 2>::smem_bytes;
   const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
   const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
   const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
@@ -1188,9 +1136,9 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
   ULY_CHECK(variant != 1, op << ": variant 1 was removed (2026-12-07; variant 2, with TMA loads, was faster in "
-                                  "every case measured); ask for 2 to 7, 9 or 10");
-  ULY_CHECK((variant >= 2 && variant <= 7) || variant == 9 || variant == 10,
-            op << ": variant " << variant << " (there are 2 to 7, 9 and 10)");
+                                  "every case measured); ask for 2 to 7 or 9");
+  ULY_CHECK((variant >= 2 && variant <= 7) || variant == 9,
+            op << ": variant " << variant << " (there are 2 to 7 and 9)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;
