@@ -8,8 +8,9 @@
 # 8 x 4K and 128K; with a sliding window of 4,096 against our FA2 kernels; memchecks of small cases.
 #   bash bench/device/hopper_probe.sh BUILD    (through runner.py: case hopper_probe)
 #   PROBE_VARS="6 9": only those backward variants (default all). PROBE_SHORT=1: without the forward's
-#   variant 4 and the CTA-order runs. PROBE_RATE=1: also wgmma_rate_bench. PROBE_PROFILE=1: then Nsight Compute's speed of light of
-#   backward variants 2 and 6 at 32K (skipped without ncu). PROBE_LONG=0: without the 128K timings.
+#   variant 4 and the CTA-order runs. PROBE_RATE=1: also wgmma_rate_bench. PROBE_PROFILE=1: then
+#   Nsight Compute's speed of light of backward variants 2 and 6 at 32K (skipped without ncu).
+#   PROBE_LONG=0: without the 128K timings.
 set -u
 B=${1:-build-gpu}
 OUT=${OUT:-/tmp}
