@@ -3,7 +3,7 @@
 // document, H = 32, Hkv = 8, d = 128 (--head-dim 64), all on the same forward outputs (our FA2
 // forward's out and lse). Prints per implementation the median time of a backward call and its
 // TFLOPS, and for the Hopper backward the largest |difference| of dq, dk, dv from the FA2 backward.
-//   hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper2|hopper3|hopper3d|hopper4|hopper5|hopper6|hopper7|hopper9|all] [S ...]
+//   hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper2|hopper3|hopper3d|hopper4|hopper5|hopper6|hopper7|hopper9|hopper11|all] [S ...]
 //   (default S: 4096 32768 131072)
 // FLOPs: causal backward = 5 S^2 H d (the five matrix products of the backward, 2 S^2 d each per
 // head, over the half of the square the causal mask keeps), the convention of attention_bench and
@@ -60,7 +60,7 @@ void bench(int64_t S, int64_t d, int reps_set, const std::string& impl) {
   const int reps = reps_set > 0 ? reps_set : S >= 131072 ? 3 : 7;
   const double flops = 5.0 * double(S) * double(S) * double(H) * double(d);
 
-  for (const char* name : {"cudnn", "own", "hopper2", "hopper3", "hopper3d", "hopper4", "hopper5", "hopper6", "hopper7", "hopper9"}) {
+  for (const char* name : {"cudnn", "own", "hopper2", "hopper3", "hopper3d", "hopper4", "hopper5", "hopper6", "hopper7", "hopper9", "hopper11"}) {
     if (impl != "all" && impl != name) continue;
     const std::string n = name;
     std::unique_ptr<ulysses::cuda::CudnnAttention> attn;
@@ -93,7 +93,7 @@ void bench(int64_t S, int64_t d, int reps_set, const std::string& impl) {
                                           scale, ws.p, ws_bytes, stream);
       else
         ulysses::cuda::hopper_attention_backward(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, doc.p, S, H,
-                                                 Hkv, d, scale, ws.p, ws_bytes, stream, n.rfind("hopper3", 0) == 0 ? 3 : n == "hopper4" ? 4 : n == "hopper5" ? 5 : n == "hopper6" ? 6 : n == "hopper7" ? 7 : n == "hopper9" ? 9 : 2, n == "hopper3d");
+                                                 Hkv, d, scale, ws.p, ws_bytes, stream, n.rfind("hopper3", 0) == 0 ? 3 : n == "hopper4" ? 4 : n == "hopper5" ? 5 : n == "hopper6" ? 6 : n == "hopper7" ? 7 : n == "hopper9" ? 9 : n == "hopper11" ? 11 : 2, n == "hopper3d");
     };
     CUDA_CHECK(cudaMemset(dq.p, 0xFF, nq * 2));  // NaN: an unwritten element shows in the differences
     CUDA_CHECK(cudaMemset(dk.p, 0xFF, nk * 2));
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
       else if (!a.empty() && a[0] != '-') sizes.push_back(std::atoll(a.c_str()));
       else {
         std::fprintf(stderr,
-                     "usage: hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper2|hopper3|hopper3d|hopper4|hopper5|hopper6|hopper7|hopper9|all] "
+                     "usage: hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper2|hopper3|hopper3d|hopper4|hopper5|hopper6|hopper7|hopper9|hopper11|all] "
                      "[S ...]\n");
         return 2;
       }

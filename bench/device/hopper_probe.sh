@@ -51,8 +51,8 @@ has() { case " $VARS " in *" $1 "*) return 0 ;; esac; return 1; }
 bwd() { timeout 90 $B/hopper_bwd_bench --reps 5 --impl "$@" 2>&1 | grep -E 'backward|error'; }
 fb() { timeout 120 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(cudnn|own|ours) |error"; }
 H128="cudnn"; H64="cudnn"
-for v in 2 5 6 7 9; do has $v && H128="$H128 hopper$v"; done
-for v in 4 5 6 7 9; do has $v && H64="$H64 hopper$v"; done
+for v in 2 5 6 7 9 11; do has $v && H128="$H128 hopper$v"; done
+for v in 4 5 6 7 9 11; do has $v && H64="$H64 hopper$v"; done
 LENS="4096 32768"; [ "${PROBE_LONG:-1}" = 1 ] && LENS="$LENS 131072"
 echo "== bwd bench d128 (default CTA order)"; for S in $LENS; do for i in $H128; do bwd $i $S; done; done
 echo "== bwd bench d64"; for S in 4096 32768; do for i in $H64; do bwd $i --head-dim 64 $S; done; done
@@ -62,7 +62,7 @@ for S in $LENS; do
   [ "$S" = 4096 ] || [ "${PROBE_SHORT:-0}" = 1 ] && continue
   for o in heads-outer heads-inside; do echo "-- $o"; ULYSSES_HOPPER_CTA_ORDER=$o bwd hopper$BEST $S; done
 done
-FB="$BEST"; has 7 && FB="$FB 7"; has 9 && FB="$FB 9"
+FB="$BEST"; for v in 7 9 11; do has $v && FB="$FB $v"; done
 if [ "$F4" = 1 ]; then
   echo "== forward variant 3 against 4 (persistent), cuDNN's forward in the fwd+bwd lines below"
   fwd() { timeout 60 $B/attention_bench --impl "$@" 2>&1 | grep -E "^(hopper3|hopper4) |error"; }

@@ -205,7 +205,7 @@ TEST_P(HopperAttentionBackwardVariant, D64SingleDocumentSweep) { sweep(64, false
 TEST_P(HopperAttentionBackwardVariant, D64PackedDocumentsSweep) { sweep(64, true, GetParam(), stream); }
 INSTANTIATE_TEST_SUITE_P(Hopper, HopperAttentionBackwardVariant,
                          ::testing::Values(Variant{2}, Variant{3}, Variant{3, true}, Variant{4}, Variant{5}, Variant{6},
-                                           Variant{7}, Variant{9}),
+                                           Variant{7}, Variant{9}, Variant{11}),
                          [](const ::testing::TestParamInfo<Variant>& i) {
                            return "v" + std::to_string(i.param.v) + (i.param.deterministic ? "det" : "");
                          });

@@ -9,7 +9,9 @@
 // 7 (DQW): 5 with the dQ reductions issued by a producer warp (produce_tma's dQ writer) instead of a
 // consumer thread. All correct on an H100 (2026-12-06 and -07); the fastest: 6 at d 128, 7 at d 64
 // (docs/attention.md). 9 (consume_split): the consumers split by product instead of by keys; correct
-// on an H100, equal to 6 from 32K and 7% faster at 4K (d 128), slower at d 64 (2026-12-07).
+// on an H100, equal to 6 from 32K and 7% faster at 4K (d 128), slower at d 64 (2026-12-07). 11: 9
+// with P^T handed to dw in bf16 (half the shared-memory bytes); correct on an H100, the fastest at
+// d 128 (4% over 9 at 4K and 32K, 2026-12-08). Three stages at d 64 (every variant), two at d 128.
 // Variant 1 (a cp.async producer, dQ added from registers by red.global.add), slower than 2 in every
 // case measured, was removed on 2026-12-07.
 //
@@ -101,8 +103,9 @@ struct Tile {
   static constexpr int ds_off = stage_off + NS * stage_bytes;  // dS^T [ds_bufs][128 keys][128 B]
   static constexpr int ds_bytes = kBC * kBR * 2;
   // Variant 3 reads a pair's dS^T one pair late, while the next pair's is written: 3 buffers.
-  // Variant 9: one (its dS^T writer reads it for dQ before writing the next).
-  static constexpr int ds_bufs = V == 3 ? 3 : V == 9 ? 1 : 2;
+  // Variants 9, 11: one (its dS^T writer reads it for dQ before writing the next).
+  static constexpr bool kSplit = V == 9 || V == 11;  // consume_split's layout
+  static constexpr int ds_bufs = V == 3 ? 3 : kSplit ? 1 : 2;
   // dQ of a pair in fp32 for the TMA reduction, per buffer (2; variant 3: 1) and
   // dQ-writing consumer (D / 64) two boxes of 64 rows x 32 columns (128-byte swizzled, 8 KB each).
   static constexpr int dq_box_bytes = kBR * 128;
@@ -115,9 +118,10 @@ struct Tile {
     return base + dq_off + (buf * kHalves + c) * dq_cons_bytes;
   }
   // Variant 9: P^T of a pair in fp32 from the warpgroup that computes it to the one that computes
-  // dS^T, in the accumulators' thread order: [16 float4][128 threads].
+  // dS^T, in the accumulators' thread order: [16 float4][128 threads]; 11: in bf16, as the packed
+  // A operand of dV ([8 uint4][128 threads]).
   static constexpr int p_off = dq_off + dq_bytes;
-  static constexpr int p_bytes = V == 9 ? 16 * 128 * 16 : 0;
+  static constexpr int p_bytes = V == 9 ? 16 * 128 * 16 : V == 11 ? 8 * 128 * 16 : 0;
   static constexpr int row_off = p_off + p_bytes;  // per stage: lse, dsum (float), doc_start [kBR]
   static constexpr int row_bytes = 3 * kBR * 4;
   static constexpr int bar_off = row_off + NS * row_bytes;  // full[NS], empty[NS]
@@ -330,7 +334,8 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // block (two row blocks of 64: two m64 wgmmas per product). Warpgroup 1 (`pw`) holds dV and computes
 // S^T = K Q^T, P^T and dV += P^T dO; warpgroup 2 (`dw`) holds dK and computes dP^T = V dO^T,
 // dS^T = P^T (dP^T - dsum) (P^T from pw through shared memory, fp32 in its accumulator order: the two
-// warpgroups' accumulators map threads to elements alike), dK += dS^T Q and all of dQ = dS K (dS^T
+// warpgroups' accumulators map threads to elements alike; variant 11: bf16, packed as pw's dV
+// operand), dK += dS^T Q and all of dQ = dS K (dS^T
 // from its own shared tile). pw runs about a pair ahead: per pair it issues dV(n - 1), then S^T(n),
 // computes P^T(n) (its exponentials) while dw's products of pair n - 1 run, and hands P^T(n) over; so
 // the exponentials, which stall both consumers together in variants 2-7, run under GEMMs. Registers
@@ -340,12 +345,13 @@ __device__ __forceinline__ void produce_tma(const Params& p, const Walk& walk, u
 // next), kDwBar (dw's 128 threads: its dS^T stored / its dQ tile stored). Each warp arrives on a
 // stage's `empty` once its products reading it are done (4 + 4 = the 8 arrivals expected).
 constexpr int kPFull = 6, kPEmpty = 7, kDwBar = 8;
-template <int D, int NS, typename Walk>
+template <int D, int NS, int V, typename Walk>
 __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk, uint32_t base, unsigned char* smem,
                                               uint32_t full_bar, uint32_t empty_bar, const CUtensorMap* tdq, int k0,
                                               int hk, int c, int wtid) {
-  using T = Tile<D, NS, 9>;
+  using T = Tile<D, NS, V>;
   constexpr int H = T::kHalves;
+  constexpr bool kPb16 = V == 11;  // P^T handed over in bf16
   const int S = p.Sq, lane = wtid % 32, wi = wtid / 32, g = lane / 4, t = lane % 4;
   const int jl = 16 * wi + g;  // this thread's key rows within a row block of 64: jl, jl + 8
   const int* s_misc = reinterpret_cast<const int*>(smem + T::misc_off);
@@ -437,16 +443,21 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         probabilities_t(sc[h], c_lse, c_lo, q0, k0 + 64 * h, k0 + 64 * h + jl, s_misc[1 + s], S, p.scale_log2, t);
-      named_barrier_sync_if(wait_empty, kPEmpty, 256);
+      if constexpr (kPb16) {
+        pack_a();
+        named_barrier_sync_if(wait_empty, kPEmpty, 256);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const uint32_t a = sp + (h * 8 + j) * 2048;
-          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "f"(sc[h][4 * j]), "f"(sc[h][4 * j + 1]),
-                       "f"(sc[h][4 * j + 2]), "f"(sc[h][4 * j + 3])
-                       : "memory");
-        }
+          for (int kk = 0; kk < 4; ++kk) st_shared_v4(sp + (h * 4 + kk) * 2048, fa[h][kk]);
+      } else {
+        named_barrier_sync_if(wait_empty, kPEmpty, 256);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            st_shared_v4(sp + (h * 8 + j) * 2048, sc[h][4 * j], sc[h][4 * j + 1], sc[h][4 * j + 2], sc[h][4 * j + 3]);
+      }
       named_barrier_arrive(kPFull, 256);
     };
     const uint32_t sk = base + T::k_off;
@@ -468,7 +479,7 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
       issue_scores(sk, stage_q(s));  // S^T(n)
       wgmma_wait<0>();
       probabilities(s, pr.qb * kBR, n > 0);
-      pack_a();
+      if constexpr (!kPb16) pack_a();
       n_pairs = n + 1;
     });
     if (n_pairs > 0) {
@@ -493,22 +504,36 @@ __device__ __forceinline__ void consume_split(const Params& p, const Walk& walk,
       fence_regs(sc[0]);
       fence_regs(sc[1]);
       named_barrier_sync(kPFull, 256);
+      if constexpr (kPb16) {
+        // dS^T from the bf16 P^T: word x of uint4 (h, kk) holds elements 8 kk + 2 x and + 1 (rows
+        // 8 (2 kk + x / 2) + 2 t and + 1).
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          float pv[4];
-          const uint32_t a = sp + (h * 8 + j) * 2048;
-          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=f"(pv[0]), "=f"(pv[1]), "=f"(pv[2]), "=f"(pv[3])
-                       : "r"(a)
-                       : "memory");
+          for (int kk = 0; kk < 4; ++kk) {
+            uint32_t w[4];
+            ld_shared_v4(w, sp + (h * 4 + kk) * 2048);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = 4 * j + e;  // element 4 nn + e' with nn = j
-            sc[h][i] = pv[e] * (sc[h][i] - c_ds[8 * j + 2 * t + (e & 1)]);
+            for (int x = 0; x < 4; ++x) {
+              const int i = 8 * kk + 2 * x, qc = 8 * (2 * kk + x / 2) + 2 * t;
+              sc[h][i] = __uint_as_float(w[x] << 16) * (sc[h][i] - c_ds[qc]);
+              sc[h][i + 1] = __uint_as_float(w[x] & 0xffff0000u) * (sc[h][i + 1] - c_ds[qc + 1]);
+            }
           }
-        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            float pv[4];
+            ld_shared_v4(pv, sp + (h * 8 + j) * 2048);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = 4 * j + e;  // element 4 nn + e' with nn = j
+              sc[h][i] = pv[e] * (sc[h][i] - c_ds[8 * j + 2 * t + (e & 1)]);
+            }
+          }
+      }
       named_barrier_arrive(kPEmpty, 256);
       pack_a();
       // dS^T (bf16) to the shared tile [128 keys][64 rows] for dQ (as variants 2-7 store it); its rows
@@ -593,7 +618,7 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
                                              const CUtensorMap* tdq) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<D, NS, V>;
-  static_assert(V == 2 || V == 3 || V == 9, "variants 2 and 3 (and 4-7, built on 2), 9");
+  static_assert(V == 2 || V == 3 || T::kSplit, "variants 2 and 3 (and 4-7, built on 2), 9, 11");
   static_assert(!EDV || V == 2, "the early dV (variant 5) is built on variant 2's loop");
   static_assert(!PIPE || (V == 2 && !DET), "the pipelined dQ output (variant 6) is built on variant 2's loop");
   static_assert(!DQW || (V == 2 && !DET && !PIPE), "the dQ writer warp (variant 7) is built on variant 2's loop");
@@ -677,8 +702,8 @@ __device__ __forceinline__ void backward_cta(const Params& p, const CUtensorMap*
 
   // ---------------- consumers ----------------
   setmaxnreg_inc<kConsumerRegs>();
-  if constexpr (V == 9) {
-    consume_split<D, NS>(p, walk, base, smem, full_bar, empty_bar, tdq, k0, hk, wg - 1, wtid);
+  if constexpr (T::kSplit) {
+    consume_split<D, NS, V>(p, walk, base, smem, full_bar, empty_bar, tdq, k0, hk, wg - 1, wtid);
     return;
   } else {
     const int c = wg - 1, wi = wtid / 32, g = lane / 4, t = lane % 4;
@@ -1085,8 +1110,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int D>
 constexpr int kKregSteps = D == 64 ? 4 : 0;
 
-// Every variant: 2 stages (variant 2 at d = 128 fills 226.5 KB of the 227 KB with its dQ buffers).
-constexpr int kStages = 2;
+// 2 stages at d = 128 (variant 2 fills 226.5 KB of the 227 KB with its dQ buffers; variant 11 with a
+// third lost its gain, docs/attention.md), 3 at d = 64 (a stage is 16 KB there).
+template <int D>
+constexpr int kStages = D == 64 ? 3 : 2;
 
 template <int D>
 void launch(const Params& p, int variant, bool deterministic, cudaStream_t stream) {
@@ -1096,19 +1123,21 @@ void launch(const Params& p, int variant, bool deterministic, cudaStream_t strea
   // The variants share the launch; only the kernel and its shared memory differ (4 is 2 with K and V
   // in registers at d 64, 5 is 4 with dV issued early, 6 is 5 with the dQ output pipelined, 7 is 5
   // with the dQ reductions issued by a producer warp).
-  auto kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false>;
+  auto kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 2, false>;
   if (variant == 3)
-    kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages, 3, true>
-                           : hopper_attention_backward_tma_kernel<D, kStages, 3, false>;
-  if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>>;
-  if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true>;
-  if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, true>;
+    kernel = deterministic ? hopper_attention_backward_tma_kernel<D, kStages<D>, 3, true>
+                           : hopper_attention_backward_tma_kernel<D, kStages<D>, 3, false>;
+  if (variant == 4) kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 2, false, kKregSteps<D>>;
+  if (variant == 5) kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 2, false, kKregSteps<D>, true>;
+  if (variant == 6) kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 2, false, kKregSteps<D>, true, true>;
   if (variant == 7)
-    kernel = hopper_attention_backward_tma_kernel<D, kStages, 2, false, kKregSteps<D>, true, false, true>;
-  if (variant == 9) kernel = hopper_attention_backward_tma_kernel<D, kStages, 9, false>;
-  const size_t smem = variant == 3   ? Tile<D, kStages, 3>::smem_bytes
-                      : variant == 9 ? Tile<D, kStages, 9>::smem_bytes
-                                     : Tile<D, kStages, 2>::smem_bytes;
+    kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 2, false, kKregSteps<D>, true, false, true>;
+  if (variant == 9) kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 9, false>;
+  if (variant == 11) kernel = hopper_attention_backward_tma_kernel<D, kStages<D>, 11, false>;
+  const size_t smem = variant == 3    ? Tile<D, kStages<D>, 3>::smem_bytes
+                      : variant == 9  ? Tile<D, kStages<D>, 9>::smem_bytes
+                      : variant == 11 ? Tile<D, kStages<D>, 11>::smem_bytes
+                                      : Tile<D, kStages<D>, 2>::smem_bytes;
   const CUtensorMap tq = hopper_tensor_map(p.q, 2, p.Sq, p.H, D, 64, kBR, op);
   const CUtensorMap tdo = hopper_tensor_map(p.dout, 2, p.Sq, p.H, D, 64, kBR, op);
   const CUtensorMap tdq = hopper_tensor_map(p.dq_acc, 4, p.Sq, p.H, D, 32, kBR, op);
@@ -1136,9 +1165,9 @@ void hopper_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat
   ULY_CHECK(hopper_attention_backward_supported(d, H, Hkv, &why),
             op << ": not supported here: " << why << " (use cuda::attention_backward)");
   ULY_CHECK(variant != 1, op << ": variant 1 was removed (2026-12-07; variant 2, with TMA loads, was faster in "
-                                  "every case measured); ask for 2 to 7 or 9");
-  ULY_CHECK((variant >= 2 && variant <= 7) || variant == 9,
-            op << ": variant " << variant << " (there are 2 to 7 and 9)");
+                                  "every case measured); ask for 2 to 7, 9 or 11");
+  ULY_CHECK((variant >= 2 && variant <= 7) || variant == 9 || variant == 11,
+            op << ": variant " << variant << " (there are 2 to 7, 9 and 11)");
   ULY_CHECK(!deterministic || variant == 3, op << ": the deterministic dQ order is variant 3's (asked with variant "
                                                << variant << ")");
   if (S == 0) return;

@@ -195,6 +195,26 @@ HOPPER_DEV void bulk_wait_group_read_if(bool pred) {
 HOPPER_DEV void st_shared_v2_f32(uint32_t saddr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(saddr), "f"(x), "f"(y) : "memory");
 }
+// 16 bytes to / from shared memory at a shared address (volatile: ordered as written).
+HOPPER_DEV void st_shared_v4(uint32_t saddr, const uint32_t (&r)[4]) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+HOPPER_DEV void st_shared_v4(uint32_t saddr, float x, float y, float z, float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+HOPPER_DEV void ld_shared_v4(uint32_t (&r)[4], uint32_t saddr) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(saddr)
+               : "memory");
+}
+HOPPER_DEV void ld_shared_v4(float (&r)[4], uint32_t saddr) {
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
+               : "r"(saddr)
+               : "memory");
+}
 
 // ---- wgmma wrappers (operand lists generated; bf16 inputs, fp32 accumulators) ----
 // d (+)= A * B, m64n64k16: A [64 x 16] and B [64 x 16] (both K-major) from shared-memory
