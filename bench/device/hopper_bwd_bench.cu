@@ -1,7 +1,7 @@
 // The attention backward alone: cuDNN's fused SDPA backward, our FA2 backward (attention_backward) and
-// the Hopper (sm_90a, wgmma) backward (hopper_attention_backward, variants 1 to 6; hopper3d: 3 deterministic), causal, one
-// document, H = 32, Hkv = 8, d = 128 (--head-dim 64), all on the same forward outputs (our FA2
-// forward's out and lse). Prints per implementation the median time of a backward call and its
+// the Hopper (sm_90a, wgmma) backward (hopper_attention_backward, variants 2 to 7, 9 and 11; hopper3d: 3
+// deterministic), causal, one document, H = 32, Hkv = 8, d = 128 (--head-dim 64), all on the same
+// forward outputs (our FA2 forward's out and lse). Prints per implementation the median time of a backward call and its
 // TFLOPS, and for the Hopper backward the largest |difference| of dq, dk, dv from the FA2 backward.
 //   hopper_bwd_bench [--reps N] [--head-dim 64|128] [--impl cudnn|own|hopper2|hopper3|hopper3d|hopper4|hopper5|hopper6|hopper7|hopper9|hopper11|all] [S ...]
 //   (default S: 4096 32768 131072)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One short device call (two to three minutes on an H100) for the Hopper attention kernels (issue 31):
-# the forward's variant-3 and -4 tests and the engine's, the backward's tests of variants 2, 4, 5, 6, 7 and 9 and
+# the forward's variant-3 and -4 tests and the engine's, the backward's tests of variants 2, 4-7, 9 and 11 and
 # the engine's (a variant whose small cases fail or hang is left out of the rest), then timings next to
 # cuDNN in the same call: the backward alone at d 128 (4K, 32K, 128K) and d 64 (4K, 32K); at 32K and
 # 128K the backward's CTA orders (ULYSSES_HOPPER_CTA_ORDER heads-outer / heads-inside against the
@@ -32,7 +32,7 @@ fi
 # Each backward variant's small cases first, under a short timeout; a failure or a hang leaves it out
 # of everything after, so the call still returns the rest.
 VARS=""
-for v in ${PROBE_VARS:-2 4 5 6 7 9}; do
+for v in ${PROBE_VARS:-2 4 5 6 7 9 11}; do
   if timeout 30 $B/tests/cuda_hopper_attention_backward_test --gtest_color=no \
        --gtest_filter="$BV.D128Small/v$v:$BV.D64Small/v$v" > /tmp/probe_small_v$v.log 2>&1; then
     VARS="$VARS $v"
